@@ -1,0 +1,74 @@
+"""Every error redismem raises.
+
+Exception tree::
+
+    RedisMemError
+    ├── InvalidInput        (also ValueError)  bad arguments; nothing was written
+    ├── StoreUnavailable    Redis could not be reached after retries with backoff
+    ├── StoreError          Redis answered with an error (wrong type, out of memory, ...)
+    ├── CorruptData         a stored value failed to decode; names the key
+    ├── ClientClosed        the Memory was used after ``aclose()``
+    ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
+    └── MissingDependency   (also ImportError) an optional package is not installed
+
+redis-py exceptions never escape: they are mapped at the boundary with
+``raise ... from exc`` so the cause stays visible in tracebacks.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientClosed",
+    "CorruptData",
+    "InvalidInput",
+    "MissingDependency",
+    "RedisMemError",
+    "StoreError",
+    "StoreUnavailable",
+    "SummarizerError",
+]
+
+
+class RedisMemError(Exception):
+    """Root of every error raised by redismem."""
+
+
+class InvalidInput(RedisMemError, ValueError):
+    """The arguments were rejected before anything was sent to Redis."""
+
+
+class StoreUnavailable(RedisMemError):
+    """Redis could not be reached (connection refused, timed out) after retries."""
+
+
+class StoreError(RedisMemError):
+    """Redis answered a command with an error."""
+
+
+class CorruptData(RedisMemError):
+    """A stored value could not be decoded.
+
+    ``key`` names the Redis key holding it; other sessions stay readable.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"corrupt data in key {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class ClientClosed(RedisMemError):
+    """The client was used after ``aclose()``."""
+
+
+class SummarizerError(RedisMemError):
+    """A summarizer failed to produce a usable summary."""
+
+
+class MissingDependency(RedisMemError, ImportError):
+    """An optional dependency is needed for this feature."""
+
+    def __init__(self, package: str, extra: str | None = None) -> None:
+        hint = f"pip install 'redismem[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"this feature needs the {package!r} package: {hint}")
+        self.package = package

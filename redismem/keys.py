@@ -1,0 +1,193 @@
+"""The whole Redis key layout, in one place.
+
+Every key is ``<namespace>:...``. Keys that belong to a user carry the hash
+tag ``{u:<user>}``; Redis Cluster hashes only the text between the first
+``{`` and the next ``}``, so all keys of one user live in one slot and every
+multi-key script touches a single slot. The namespace may not contain braces,
+which keeps the user's tag the first one in the key.
+
+User and session ids are escaped before they go into a key: every byte of
+their UTF-8 form outside ``[A-Za-z0-9_.-]`` becomes ``%XX``. The escaped form
+has no ``:``, braces or SCAN glob characters (``* ? [ ] \\``), so an id can
+neither reach another user's keys nor widen a ``SCAN MATCH`` pattern, and the
+escaping is reversible (``parse_key``).
+
+Layout (``U`` = escaped user id, ``S`` = escaped session id)::
+
+    ns:{u:U}:sessions          ZSET  session id -> expiry deadline (ms; +inf = none)
+    ns:{u:U}:tagidx            ZSET  lexicographic tag index over the user's sessions
+    ns:{u:U}:pending           ZSET  session id -> time it became due for summarization
+    ns:{u:U}:s:S:msgs          LIST  stored messages, oldest first
+    ns:{u:U}:s:S:meta          HASH  seq, created, accessed, tokens, trimmed,
+                                     wm (summary watermark), summarized
+    ns:{u:U}:s:S:entries       LIST  one record per write, oldest first
+    ns:{u:U}:s:S:tags          HASH  union of the tags of the session's writes
+    ns:{u:U}:s:S:summary       STRING the running summary (msgpack)
+    ns:q:...                   work-queue side: stats, failures, lag samples,
+                               sweep cursor (on the queue's Redis; not per user)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidInput
+
+__all__ = ["KeyLayout", "ParsedKey", "SessionKeys", "escape_id", "unescape_id", "validate_id"]
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # used with fullmatch
+_ESCAPED_RE = re.compile(r"(?:[A-Za-z0-9_.-]|%[0-9A-F]{2})+")
+
+#: Longest id accepted, in bytes of UTF-8.
+MAX_ID_BYTES = 4096
+
+SESSION_KEY_KINDS = ("msgs", "meta", "entries", "tags", "summary")
+
+
+def validate_id(value: object, what: str) -> str:
+    """Return ``value`` if it is a usable id, else raise ``InvalidInput``."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{what} is not valid unicode text") from exc
+    if size > MAX_ID_BYTES:
+        raise InvalidInput(f"{what} is {size} bytes long; the limit is {MAX_ID_BYTES}")
+    return value
+
+
+def escape_id(value: str) -> str:
+    """Escape an id for use inside a key (see the module docstring)."""
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in value.encode("utf-8"))
+
+
+def unescape_id(escaped: str) -> str:
+    """Inverse of ``escape_id``.
+
+    Raises ``InvalidInput`` for text ``escape_id`` never produces (stray
+    ``%``, lower-case hex, escaped safe bytes, invalid UTF-8), so a foreign or
+    tampered key cannot parse as some user's key.
+    """
+    if not _ESCAPED_RE.fullmatch(escaped):
+        raise InvalidInput(f"{escaped!r} is not an escaped id")
+    out = bytearray()
+    i = 0
+    while i < len(escaped):
+        ch = escaped[i]
+        if ch == "%":
+            out.append(int(escaped[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(ch))
+            i += 1
+    try:
+        value = out.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{escaped!r} is not an escaped id: {exc}") from exc
+    if escape_id(value) != escaped:
+        raise InvalidInput(f"{escaped!r} is not the canonical escape of {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The keys of one session, in the order scripts take them."""
+
+    msgs: str
+    meta: str
+    entries: str
+    tags: str
+    summary: str
+    sessions: str
+    tagidx: str
+    pending: str
+
+    def script_keys(self) -> list[str]:
+        """KEYS[1..8] of the session scripts (see ``scripts/_common.lua``)."""
+        return [*self.all_session_keys(), self.sessions, self.tagidx, self.pending]
+
+    def all_session_keys(self) -> tuple[str, ...]:
+        return (self.msgs, self.meta, self.entries, self.tags, self.summary)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedKey:
+    user_id: str
+    session_id: str | None
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Builds (and parses) every key under one namespace."""
+
+    namespace: str = "redismem"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not _NAMESPACE_RE.fullmatch(self.namespace):
+            raise InvalidInput(
+                f"namespace must be 1-64 characters of [A-Za-z0-9_.-], got {self.namespace!r}"
+            )
+
+    def user_prefix(self, user_id: str) -> str:
+        return f"{self.namespace}:{{u:{escape_id(user_id)}}}:"
+
+    def user_pattern(self, user_id: str) -> str:
+        """SCAN pattern matching every key of one user and nothing else."""
+        return self.user_prefix(user_id) + "*"
+
+    def namespace_pattern(self) -> str:
+        """SCAN pattern matching every key of the namespace and nothing else."""
+        return f"{self.namespace}:*"
+
+    def sessions(self, user_id: str) -> str:
+        return self.user_prefix(user_id) + "sessions"
+
+    def tagidx(self, user_id: str) -> str:
+        return self.user_prefix(user_id) + "tagidx"
+
+    def pending(self, user_id: str) -> str:
+        return self.user_prefix(user_id) + "pending"
+
+    def pending_pattern(self) -> str:
+        """SCAN pattern matching the pending index of every user."""
+        return f"{self.namespace}:{{u:*}}:pending"
+
+    def session_key(self, user_id: str, session_id: str, kind: str) -> str:
+        return f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:{kind}"
+
+    def session(self, user_id: str, session_id: str) -> SessionKeys:
+        base = f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:"
+        return SessionKeys(
+            msgs=base + "msgs",
+            meta=base + "meta",
+            entries=base + "entries",
+            tags=base + "tags",
+            summary=base + "summary",
+            sessions=self.sessions(user_id),
+            tagidx=self.tagidx(user_id),
+            pending=self.pending(user_id),
+        )
+
+    def queue_key(self, name: str) -> str:
+        """A key of the work-queue side (pending sets, failure log, stats)."""
+        return f"{self.namespace}:q:{name}"
+
+    def parse_key(self, key: str) -> ParsedKey:
+        """Split a key built by this layout back into user, session and kind."""
+        prefix = f"{self.namespace}:{{u:"
+        if not key.startswith(prefix):
+            raise InvalidInput(f"{key!r} is not a user key of namespace {self.namespace!r}")
+        user_esc, sep, rest = key[len(prefix) :].partition("}:")
+        if not sep:
+            raise InvalidInput(f"{key!r} has no user hash tag")
+        user_id = unescape_id(user_esc)
+        if rest.startswith("s:"):
+            session_esc, _, kind = rest[2:].partition(":")
+            return ParsedKey(user_id, unescape_id(session_esc), kind)
+        return ParsedKey(user_id, None, rest)

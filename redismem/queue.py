@@ -1,0 +1,218 @@
+"""The work-queue side: enqueueing summarization jobs on arq, and queue stats.
+
+Jobs go through arq with msgpack as its ``job_serializer`` (never pickle).
+A session gets at most one job per *pending episode*: the write script marks
+the session pending (``ZADD NX``) only when it first becomes due, and only
+that write enqueues, with a job id naming the episode. Writes that arrive
+while the session is already pending add no round trip at all.
+
+Queue-side keys (``ns:q:*``) live on the queue's Redis, which may differ from
+the memory Redis (arq does not run on Redis Cluster).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import msgpack
+
+from .connection import open_redis, redis_errors
+from .keys import KeyLayout, escape_id
+
+__all__ = [
+    "DEFAULT_QUEUE_NAME",
+    "SUMMARIZE_JOB",
+    "QueueStats",
+    "SummaryQueue",
+    "job_id",
+    "pack_job",
+    "unpack_job",
+]
+
+DEFAULT_QUEUE_NAME = "redismem:queue"
+SUMMARIZE_JOB = "summarize_session"
+RECONCILE_JOB = "reconcile_pending"
+
+_STATS_TTL_MS = int(timedelta(days=7).total_seconds() * 1000)
+_FAILURES_KEPT = 200
+_LAG_SAMPLES_KEPT = 2000
+
+
+def pack_job(obj: Any) -> bytes:
+    """arq ``job_serializer``: msgpack, with exceptions stored as their repr."""
+    return msgpack.packb(obj, use_bin_type=True, default=repr)  # type: ignore[no-any-return]
+
+
+def unpack_job(raw: bytes) -> Any:
+    """arq ``job_deserializer``."""
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def job_id(namespace: str, user_id: str, session_id: str, episode: int | str) -> str:
+    """One job id per session and pending episode, so a burst coalesces into one job."""
+    return f"sum:{namespace}:{escape_id(user_id)}:{escape_id(session_id)}:{episode}"
+
+
+def arq_pool(url: str, *, connect_timeout: float = 2.0, retries: int = 3) -> Any:
+    """An ``ArqRedis`` on ``url`` (``memory://`` too) using the msgpack codec."""
+    from arq.connections import ArqRedis
+
+    base = open_redis(url, connect_timeout=connect_timeout, retries=retries)
+    return ArqRedis(
+        connection_pool=base.connection_pool,
+        job_serializer=pack_job,
+        job_deserializer=unpack_job,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizeArgs:
+    """What a summarization job needs besides the session: the writer's settings."""
+
+    namespace: str
+    keep_recent: int
+    batch: int
+    compact: bool
+
+    def encode(self) -> str:
+        """The form the write script stores in the session meta."""
+        return f"{self.keep_recent},{self.batch},{int(self.compact)}"
+
+    @classmethod
+    def decode(cls, namespace: str, raw: str) -> SummarizeArgs:
+        keep_recent, batch, compact = raw.split(",")
+        return cls(namespace, int(keep_recent), int(batch), compact == "1")
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "keep_recent": self.keep_recent,
+            "batch": self.batch,
+            "compact": self.compact,
+        }
+
+
+class SummaryQueue:
+    """Enqueues summarization jobs for one namespace."""
+
+    def __init__(
+        self, url: str, *, queue_name: str = DEFAULT_QUEUE_NAME, delay: float = 1.0
+    ) -> None:
+        self._url = url
+        self._queue_name = queue_name
+        self._delay = delay
+        self._pool: Any = None
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            self._pool = arq_pool(self._url)
+        return self._pool
+
+    async def enqueue(
+        self,
+        user_id: str,
+        session_id: str,
+        episode: int | str,
+        args: SummarizeArgs,
+        *,
+        delay: float | None = None,
+    ) -> bool:
+        """Enqueue the job of one pending episode; False when it is already queued."""
+        with redis_errors(self._url):
+            job = await self.pool.enqueue_job(
+                SUMMARIZE_JOB,
+                user_id,
+                session_id,
+                _job_id=job_id(args.namespace, user_id, session_id, episode),
+                _queue_name=self._queue_name,
+                _defer_by=self._delay if delay is None else delay,
+                **args.as_kwargs(),
+            )
+        return job is not None
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
+
+
+class QueueStats:
+    """Counters, recent failures and lag samples, on the queue's Redis.
+
+    ``ns:q:stats``     HASH  counters (jobs, summaries, messages_summarized, failures, ...)
+    ``ns:q:failures``  LIST  msgpack records of jobs that failed their last try
+    ``ns:q:lag``       LIST  recent summarization lags in ms (write that made the
+                             session due -> summary commit)
+    ``ns:q:sweep``     STRING the reconcile sweep's SCAN cursor
+    Every key carries a TTL (7 days, refreshed on update).
+    """
+
+    def __init__(self, redis: Any, layout: KeyLayout, url: str = "") -> None:
+        self._redis = redis
+        self._layout = layout
+        self._url = url
+
+    def key(self, name: str) -> str:
+        return self._layout.queue_key(name)
+
+    async def incr(self, **counters: int) -> None:
+        key = self.key("stats")
+        with redis_errors(self._url):
+            pipe = self._redis.pipeline(transaction=False)
+            for name, value in counters.items():
+                pipe.hincrby(key, name, value)
+            pipe.pexpire(key, _STATS_TTL_MS)
+            await pipe.execute()
+
+    async def record_commit(self, messages: int, lag_ms: int | None) -> None:
+        with redis_errors(self._url):
+            pipe = self._redis.pipeline(transaction=False)
+            stats = self.key("stats")
+            pipe.hincrby(stats, "summaries", 1)
+            pipe.hincrby(stats, "messages_summarized", messages)
+            pipe.pexpire(stats, _STATS_TTL_MS)
+            if lag_ms is not None:
+                lag = self.key("lag")
+                pipe.lpush(lag, lag_ms)
+                pipe.ltrim(lag, 0, _LAG_SAMPLES_KEPT - 1)
+                pipe.pexpire(lag, _STATS_TTL_MS)
+            await pipe.execute()
+
+    async def record_failure(self, user_id: str, session_id: str, error: str, tries: int) -> None:
+        record = pack_job(
+            {
+                "at": int(time.time() * 1000),
+                "user": user_id,
+                "session": session_id,
+                "error": error,
+                "tries": tries,
+            }
+        )
+        with redis_errors(self._url):
+            pipe = self._redis.pipeline(transaction=False)
+            failures = self.key("failures")
+            pipe.lpush(failures, record)
+            pipe.ltrim(failures, 0, _FAILURES_KEPT - 1)
+            pipe.pexpire(failures, _STATS_TTL_MS)
+            pipe.hincrby(self.key("stats"), "failures", 1)
+            pipe.pexpire(self.key("stats"), _STATS_TTL_MS)
+            await pipe.execute()
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Counters, lag percentiles and recent failures, for ``redismem stats``."""
+        with redis_errors(self._url):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hgetall(self.key("stats"))
+            pipe.lrange(self.key("lag"), 0, -1)
+            pipe.lrange(self.key("failures"), 0, 19)
+            counters, lags, failures = await pipe.execute()
+        lag_values = sorted(int(x) for x in lags)
+        return {
+            "counters": {k.decode(): int(v) for k, v in counters.items()},
+            "lag_ms": lag_values,
+            "failures": [unpack_job(f) for f in failures],
+        }

@@ -1,0 +1,126 @@
+-- Shared helpers, prepended to every script that needs them (see scripts.py).
+-- Session scripts take the same KEYS:
+--   KEYS[1] msgs  KEYS[2] meta  KEYS[3] entries  KEYS[4] tags  KEYS[5] summary
+--   KEYS[6] sessions (user index)  KEYS[7] tagidx (user tag index)
+--   KEYS[8] pending (user's sessions waiting for summarization)
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Length-prefixed string: unambiguous concatenation for tag index members.
+local function lp(s)
+  return #s .. ':' .. s
+end
+
+-- Give every key of the user index the lifetime of its longest-lived session.
+local function fit_user_ttl()
+  local top = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  if #top == 0 then return end
+  local deadline = tonumber(top[2])
+  for i = 6, 8 do
+    if deadline == math.huge then
+      redis.call('PERSIST', KEYS[i])
+    else
+      redis.call('PEXPIREAT', KEYS[i], deadline)
+    end
+  end
+end
+
+-- Slide the session's TTL: all its keys expire together, and the user index
+-- records the deadline so expired sessions can be pruned from it.
+local function touch_session(ttl, now, sid)
+  if ttl > 0 then
+    for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    redis.call('ZADD', KEYS[6], now + ttl, sid)
+  else
+    for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
+    redis.call('ZADD', KEYS[6], '+inf', sid)
+  end
+  fit_user_ttl()
+end
+
+-- Remove a session from the user's tag index (forward and reverse members).
+local function untag_session(sid)
+  local prefix = 'r' .. lp(sid)
+  local reverse = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. prefix, '(' .. prefix .. '\255')
+  for i = 1, #reverse do
+    local pair = string.sub(reverse[i], #prefix + 1)
+    redis.call('ZREM', KEYS[7], reverse[i], 'f' .. pair .. sid)
+  end
+end
+
+-- Drop index members of sessions whose deadline has passed (bounded per call).
+local function prune_expired(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 16)
+  for i = 1, #expired do
+    redis.call('ZREM', KEYS[6], expired[i])
+    redis.call('ZREM', KEYS[8], expired[i])
+    untag_session(expired[i])
+  end
+end
+
+-- Token count of a stored message; nil when the element is corrupt.
+local function token_count(element)
+  return tonumber(string.match(element, '^(%d+)|'))
+end
+
+-- First seq of an entry record; nil when the record is corrupt.
+local function entry_first_seq(record)
+  return tonumber(string.match(record, '^(%d+),'))
+end
+
+-- Pop entry records whose messages all lie before `head` (the first stored seq).
+local function prune_entries(head)
+  while true do
+    local two = redis.call('LRANGE', KEYS[3], 0, 1)
+    if #two < 2 then return end
+    -- Stop at a corrupt record rather than fail the write; reads report it.
+    local next_first = entry_first_seq(two[2])
+    if next_first == nil or next_first > head then return end
+    redis.call('LPOP', KEYS[3])
+  end
+end
+
+-- Remove the `drop` oldest messages, keeping the token counter exact.
+local function drop_oldest(drop, last_seq)
+  if drop <= 0 then return 0 end
+  local dropped = redis.call('LRANGE', KEYS[1], 0, drop - 1)
+  local tokens = 0
+  -- A corrupt element (no token prefix) is dropped too, counted as 0: failing
+  -- here would make every later write to the session fail.
+  for i = 1, #dropped do tokens = tokens + (token_count(dropped[i]) or 0) end
+  redis.call('LTRIM', KEYS[1], drop, -1)
+  redis.call('HINCRBY', KEYS[2], 'tokens', -tokens)
+  local len = redis.call('LLEN', KEYS[1])
+  if len == 0 then
+    redis.call('DEL', KEYS[3])
+  else
+    prune_entries(last_seq - len + 1)
+  end
+  return #dropped
+end
+
+-- Messages not yet summarized beyond the recent window, given the summary
+-- watermark `wm` (last summarized seq) and the session's seq and length.
+local function unsummarized_backlog(seq, len, wm, keep_recent)
+  local covered = math.max(wm, seq - len)
+  return seq - covered - keep_recent
+end
+
+-- Mark the session pending summarization when its backlog reaches the batch
+-- size; `settings` is "keep_recent,batch,compact" ("" = summarization off) and
+-- is kept in meta so a job enqueued by the reconcile sweep knows them.
+-- Returns the pending-since time when this call newly marked it, else 0.
+local function mark_pending(seq, len, settings, now, sid)
+  if settings == '' then return 0 end
+  local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
+  local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
+  if unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) < tonumber(batch) then return 0 end
+  if redis.call('ZADD', KEYS[8], 'NX', now, sid) == 1 then
+    redis.call('HSET', KEYS[2], 'sumcfg', settings)
+    return now
+  end
+  return 0
+end

@@ -1,0 +1,133 @@
+"""One summarization pass over a session, safe to run twice or to kill midway.
+
+A pass reads the backlog after the summary watermark and before the recent
+window (never ending between an assistant tool call and its results), asks
+the summarizer for the new summary, and commits with compare-and-set on the
+watermark: new summary, advanced watermark and (with ``compact``) removal of
+exactly the summarized messages, in one script. Nothing is written before
+that script runs, so a pass that dies or fails leaves the session as it was,
+and a second pass over the same backlog loses the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from . import codec
+from .errors import SummarizerError
+from .keys import validate_id
+from .models import Message
+
+if TYPE_CHECKING:
+    from .client import Memory
+    from .summarizers import Summarizer
+
+__all__ = ["MAX_SUMMARY_CHARS", "SummarizeOutcome", "split_at_tool_boundary", "summarize_pass"]
+
+#: Longest summary text accepted from a summarizer.
+MAX_SUMMARY_CHARS = 32_000
+#: Most messages handed to the summarizer in one pass.
+DEFAULT_PASS_CAP = 400
+
+
+@dataclass(frozen=True, slots=True)
+class SummarizeOutcome:
+    status: Literal["committed", "idle", "stale", "gone"]
+    summarized: int = 0
+    still_pending: bool = False
+    lag_ms: int | None = None
+
+
+def split_at_tool_boundary(batch: list[Message], following: Message | None) -> list[Message]:
+    """Shorten ``batch`` so it does not end inside a tool-call sequence.
+
+    ``following`` is the first message after the batch, if any. The batch may
+    not end with an assistant tool call, nor be followed by a tool result.
+    """
+    batch = list(batch)
+    while batch and (
+        (batch[-1].role == "assistant" and batch[-1].tool_calls)
+        or (following is not None and following.role == "tool")
+    ):
+        following = batch.pop()
+    return batch
+
+
+async def summarize_pass(
+    memory: Memory,
+    summarizer: Summarizer,
+    *,
+    user_id: str,
+    session_id: str,
+    keep_recent: int,
+    batch: int,
+    compact: bool = True,
+    cap: int = DEFAULT_PASS_CAP,
+    summarizer_timeout: float = 60.0,
+) -> SummarizeOutcome:
+    """Summarize the session's backlog once. Raises ``SummarizerError`` when the
+    summarizer fails (exception, timeout, unusable output); the session is then
+    unchanged."""
+    sid = validate_id(session_id, "session_id")
+    uid = validate_id(user_id, "user_id")
+    keys = memory.layout.session(uid, sid)
+    with memory._errors():
+        seq, wm, _length, raw_summary, since, first, raw, covering = await memory._scripts.prepare(
+            keys=keys.script_keys(), args=[keep_recent, cap, sid]
+        )
+    if not seq:
+        return SummarizeOutcome("gone")
+    if not raw:
+        return SummarizeOutcome("idle")
+    last = min(seq - keep_recent, first + cap - 1)
+    created = sorted(codec.entry_prefix(p + b",", keys.entries) for p in covering)
+    messages = memory._decode_messages(keys.msgs, raw, first, created)
+    count = last - first + 1
+    todo = split_at_tool_boundary(
+        messages[:count], messages[count] if len(messages) > count else None
+    )
+    if not todo:
+        return SummarizeOutcome("idle")
+
+    previous = codec.decode_summary(raw_summary, keys.summary) if raw_summary else None
+    try:
+        text = await asyncio.wait_for(
+            summarizer.summarize(previous["text"] if previous else None, todo), summarizer_timeout
+        )
+    except TimeoutError as exc:
+        raise SummarizerError(f"summarizer timed out after {summarizer_timeout}s") from exc
+    except SummarizerError:
+        raise
+    except Exception as exc:
+        raise SummarizerError(f"summarizer raised {exc!r}") from exc
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_SUMMARY_CHARS:
+        raise SummarizerError(f"summarizer returned unusable output: {str(text)[:100]!r}")
+
+    until = codec.seq_of(todo[-1].id or "0")
+    total = (previous["message_count"] if previous else 0) + len(todo)
+    now_ms = int(time.time() * 1000)
+    blob = codec.encode_summary(text, total, until, now_ms)
+    with memory._errors():
+        status, still = await memory._scripts.commit(
+            keys=keys.script_keys(),
+            args=[
+                wm,
+                until,
+                len(todo),
+                blob,
+                "1" if compact else "0",
+                keep_recent,
+                batch,
+                sid,
+                since.decode() if isinstance(since, bytes) else (since or ""),
+            ],
+        )
+    if status == -1:
+        return SummarizeOutcome("gone")
+    if status == 0:
+        return SummarizeOutcome("stale", still_pending=True)
+    lag = now_ms - int(float(since)) if since else None
+    return SummarizeOutcome("committed", len(todo), bool(still), lag)

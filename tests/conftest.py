@@ -1,0 +1,278 @@
+"""Shared fixtures: a real Redis for the session, and both backends per test.
+
+The behaviour suite runs every test twice through ``backend_url``:
+
+* ``redis``: a ``redis-server`` this session starts on a free port (or the
+  server named by ``REDISMEM_TEST_URL``); each test gets its own namespace and
+  every key holding it is deleted at teardown.
+* ``embedded``: ``memory://test-<uuid>``, a fresh in-process fakeredis server
+  per test.
+
+Async fixtures here run on the test's own event loop (``loop_scope="function"``)
+because redis-py connections are bound to the loop that opened them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis
+import redis.asyncio as aioredis
+from helpers import free_port
+
+from redismem import Memory
+
+REDIS_BIN = shutil.which("redis-server")
+TEST_URL_ENV = "REDISMEM_TEST_URL"
+REDISMEM_ENV = ("REDISMEM_URL", "REDISMEM_NAMESPACE", "REDISMEM_TTL", "REDISMEM_QUEUE_URL")
+NO_SERVER = (
+    "the behaviour tests need a real Redis 7: no `redis-server` binary is on PATH and "
+    f"{TEST_URL_ENV} is not set. Install redis-server (e.g. `apt-get install redis-server`) "
+    f"or point {TEST_URL_ENV} at a server, e.g. {TEST_URL_ENV}=redis://127.0.0.1:6379/15"
+)
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` process started by the tests."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    directory: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies without closing connections cleanly."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_redis_server(directory: Path, attempts: int = 3, port: int | None = None) -> RedisServer:
+    """Start ``redis-server`` without persistence on ``port`` (default: a free
+    one); wait until it answers PING."""
+    assert REDIS_BIN is not None, NO_SERVER
+    directory.mkdir(parents=True, exist_ok=True)
+    last_log = ""
+    wanted = port
+    for _ in range(attempts if wanted is None else 1):
+        port = wanted or free_port()
+        log_path = directory / f"redis-{port}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [
+                    REDIS_BIN,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(directory),
+                    "--daemonize",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=directory,
+            )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            if _answers_ping(port):
+                return RedisServer(process, port, directory)
+            time.sleep(0.02)
+        server = RedisServer(process, port, directory)
+        server.stop()
+        last_log = log_path.read_text(errors="replace")[-2000:]
+    pytest.fail(f"redis-server did not start in {directory}:\n{last_log}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real Redis server: ``$REDISMEM_TEST_URL`` or one started for this session."""
+    external = os.environ.get(TEST_URL_ENV)
+    if external:
+        client = redis.Redis.from_url(external, socket_connect_timeout=2)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            pytest.fail(f"{TEST_URL_ENV}={external!r} does not answer PING: {exc}", pytrace=False)
+        finally:
+            client.close()
+        yield external
+        return
+    if REDIS_BIN is None:
+        pytest.fail(NO_SERVER, pytrace=False)
+    server = start_redis_server(tmp_path_factory.mktemp("redis-server"))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start extra, disposable ``redis-server`` processes (e.g. to kill them)."""
+    if REDIS_BIN is None:
+        if os.environ.get(TEST_URL_ENV):
+            pytest.skip(f"needs a redis-server binary to start a disposable server ({NO_SERVER})")
+        pytest.fail(NO_SERVER, pytrace=False)
+    started: list[RedisServer] = []
+
+    def start(port: int | None = None) -> RedisServer:
+        server = start_redis_server(tmp_path / f"extra-{len(started)}", port=port)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses: ``t`` + 12 hex digits."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["redis", "embedded"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """Run the test against a real Redis and against the embedded backend."""
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
+    return f"memory://test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``REDISMEM_*`` variable of the caller's shell leaks into the clients."""
+    for name in REDISMEM_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+MemoryFactory = Callable[..., Awaitable[Memory]]
+
+
+@dataclass
+class _Tracker:
+    namespace: str
+    memories: list[Memory] = field(default_factory=list)
+    raw_clients: list[aioredis.Redis] = field(default_factory=list)
+    real_urls: set[str] = field(default_factory=set)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def _tracker(namespace: str, clean_env: None) -> AsyncIterator[_Tracker]:
+    """Closes every client the factories made, then deletes the test's keys on
+    every real server it touched (any key containing the namespace)."""
+    tracker = _Tracker(namespace)
+    yield tracker
+    for memory in tracker.memories:
+        await memory.aclose()
+    for client in tracker.raw_clients:
+        await client.aclose()
+    for url in tracker.real_urls:
+        await _delete_matching(url, f"*{namespace}*")
+
+
+async def _delete_matching(url: str, pattern: str) -> None:
+    client = aioredis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        async for key in client.scan_iter(match=pattern, count=1000):
+            await client.unlink(key)
+    except (redis.ConnectionError, redis.TimeoutError):
+        pass  # the server is gone (a test killed it): nothing left to clean
+    finally:
+        await client.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def memory_factory(_tracker: _Tracker) -> MemoryFactory:
+    """``await memory_factory(url, **options)``: a ``Memory`` in the test's
+    namespace (unless ``namespace=`` is given), closed at teardown."""
+
+    async def make(url: str, **options: Any) -> Memory:
+        options.setdefault("namespace", _tracker.namespace)
+        if not url.startswith("memory://"):
+            _tracker.real_urls.add(url)
+        memory = await Memory.connect(url, **options)
+        _tracker.memories.append(memory)
+        return memory
+
+    return make
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def make_memory(backend_url: str, memory_factory: MemoryFactory) -> MemoryFactory:
+    """``await make_memory(**options)``: a ``Memory`` on the test's backend."""
+
+    async def make(**options: Any) -> Memory:
+        return await memory_factory(backend_url, **options)
+
+    return make
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def raw_factory(
+    _tracker: _Tracker, memory_factory: MemoryFactory
+) -> Callable[[str], Awaitable[Any]]:
+    """``await raw_factory(url)``: a plain redis-py asyncio client on the same
+    server (for ``memory://`` the client of a ``Memory``, which shares the
+    named in-process server)."""
+
+    async def make(url: str) -> Any:
+        if url.startswith("memory://"):
+            return (await memory_factory(url)).redis
+        _tracker.real_urls.add(url)
+        client = aioredis.Redis.from_url(url)
+        _tracker.raw_clients.append(client)
+        return client
+
+    return make
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def raw(backend_url: str, raw_factory: Callable[[str], Awaitable[Any]]) -> Any:
+    """A raw redis-py asyncio client on the test's backend (values are bytes)."""
+    return await raw_factory(backend_url)
+
+
+@pytest.fixture
+def is_embedded(backend_url: str) -> bool:
+    return backend_url.startswith("memory://")

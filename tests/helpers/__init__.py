@@ -1,0 +1,58 @@
+"""Helpers shared by the behaviour tests (raw Redis inspection, message builders)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+Snapshot = dict[bytes, tuple[bytes | None, bool]]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of asking)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def keys_matching(raw: Any, pattern: str = "*") -> list[bytes]:
+    """Every key matching ``pattern``, found with SCAN, sorted."""
+    return sorted({key async for key in raw.scan_iter(match=pattern, count=1000)})
+
+
+async def snapshot(raw: Any, pattern: str = "*") -> Snapshot:
+    """``key -> (DUMP, has a TTL)`` for every key matching ``pattern``.
+
+    DUMP covers type and value byte for byte; the TTL is compared by presence
+    only, since its remaining time runs down between two snapshots.
+    """
+    out: Snapshot = {}
+    for key in await keys_matching(raw, pattern):
+        out[key] = (await raw.dump(key), await raw.pttl(key) > 0)
+    return out
+
+
+async def pttls(raw: Any, pattern: str) -> dict[bytes, int]:
+    """``key -> PTTL`` for every key matching ``pattern``."""
+    return {key: await raw.pttl(key) for key in await keys_matching(raw, pattern)}
+
+
+def user(content: str, **fields: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content, **fields}
+
+
+def assistant(content: str, **fields: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": content, **fields}
+
+
+def tool_call(call_id: str, content: str = "", name: str = "lookup") -> dict[str, Any]:
+    """An assistant message requesting one tool call."""
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"id": call_id, "name": name, "arguments": {"q": call_id}}],
+    }
+
+
+def tool_result(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "content": content, "tool_call_id": call_id}

@@ -1,0 +1,181 @@
+"""The key layout: escaping, parsing, SCAN patterns, namespace validation."""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redismem import InvalidInput, KeyLayout
+from redismem.keys import (
+    MAX_ID_BYTES,
+    SESSION_KEY_KINDS,
+    ParsedKey,
+    escape_id,
+    unescape_id,
+    validate_id,
+)
+
+quick = settings(max_examples=300, deadline=None, database=None)
+
+ids = st.text(min_size=1, max_size=80)
+HOSTILE = [
+    "a:b",
+    "{a}",
+    "a}:s:x",
+    "*",
+    "?",
+    "[a-z]",
+    "\\",
+    "a\nb",
+    " ",
+    "\t\r",
+    "ünï©ødé 🚀",
+    "%41",
+    "%",
+    "\x00",
+    "x" * 1024,
+]
+FORBIDDEN = re.compile(r"[:{}*?\[\]\\\s]")
+
+
+@quick
+@given(ids)
+def test_escaping_is_reversible(value):
+    assert unescape_id(escape_id(value)) == value
+
+
+@quick
+@given(ids)
+def test_escaped_ids_hold_only_safe_characters(value):
+    escaped = escape_id(value)
+    assert re.fullmatch(r"[A-Za-z0-9_.%-]+", escaped)
+    assert not FORBIDDEN.search(escaped)
+    assert escaped.isascii()
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_hostile_ids_escape_to_safe_text(value):
+    escaped = escape_id(value)
+    assert not FORBIDDEN.search(escaped)
+    assert unescape_id(escaped) == value
+
+
+def test_escaping_examples():
+    assert escape_id("Alice_1.x-y") == "Alice_1.x-y"
+    assert escape_id("a:b") == "a%3Ab"
+    assert escape_id("%41") == "%2541"
+    assert escape_id("é") == "%C3%A9"
+    assert escape_id("%41") != escape_id("A")
+
+
+@quick
+@given(ids, ids, st.sampled_from(SESSION_KEY_KINDS))
+def test_parse_key_inverts_session_keys(user_id, session_id, kind):
+    layout = KeyLayout("ns")
+    key = layout.session_key(user_id, session_id, kind)
+    assert layout.parse_key(key) == ParsedKey(user_id, session_id, kind)
+    keys = layout.session(user_id, session_id)
+    assert getattr(keys, kind) == key
+    assert layout.parse_key(keys.sessions) == ParsedKey(user_id, None, "sessions")
+    assert layout.parse_key(keys.tagidx) == ParsedKey(user_id, None, "tagidx")
+
+
+@quick
+@given(ids, ids)
+def test_user_pattern_matches_only_that_users_keys(owner, other):
+    layout = KeyLayout("ns")
+    pattern = layout.user_pattern(owner)
+    assert pattern.count("*") == 1 and pattern.endswith("*")
+    assert not any(ch in pattern[:-1] for ch in "*?[]\\")
+    for key in (layout.sessions(other), layout.session_key(other, owner, "msgs")):
+        assert fnmatchcase(key, pattern) == (owner == other)
+    assert fnmatchcase(layout.session_key(owner, other, "meta"), pattern)
+
+
+@quick
+@given(ids)
+def test_all_keys_of_a_user_share_one_hash_tag(user_id):
+    layout = KeyLayout("ns")
+    keys = layout.session(user_id, "s")
+    tags = {re.search(r"\{([^}]*)\}", key).group(1) for key in keys.script_keys()}
+    assert tags == {"u:" + escape_id(user_id)}
+
+
+def test_namespace_pattern_stays_inside_the_namespace():
+    layout = KeyLayout("redismem")
+    pattern = layout.namespace_pattern()
+    assert fnmatchcase(layout.sessions("a"), pattern)
+    assert fnmatchcase(layout.queue_key("stats"), pattern)
+    for foreign in ("redismem2:{u:a}:sessions", "redismem", "xredismem:a", "other:{x}"):
+        assert not fnmatchcase(foreign, pattern)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "other:{u:a}:sessions",
+        "ns2:{u:a}:sessions",
+        "ns:u:a:sessions",
+        "ns:{u:a",
+        "ns:q:stats",
+        "ns:{u:%ZZ}:sessions",
+        "ns:{u:%4}:sessions",
+        "ns:{u:a%}:sessions",
+        "ns:{u:%FF}:sessions",
+        "ns:{u:%41}:sessions",  # not canonical: "A" is never escaped
+        "ns:{u:%2a}:sessions",  # not canonical: escapes use upper-case hex
+        "ns:{u:a b}:sessions",
+        "ns:{u:é}:sessions",
+        "ns:{u:}:sessions",
+        "ns:{u:a}:s:%ZZ:msgs",
+    ],
+)
+def test_parse_key_rejects_foreign_and_malformed_keys(key):
+    with pytest.raises(InvalidInput):
+        KeyLayout("ns").parse_key(key)
+
+
+@pytest.mark.parametrize("bad", ["%ZZ", "%4", "a%", "%FF", "%41", "%2a", "a b", "é", ""])
+def test_unescape_rejects_what_escape_never_produces(bad):
+    with pytest.raises(InvalidInput):
+        unescape_id(bad)
+
+
+@pytest.mark.parametrize("namespace", ["a", "redismem", "A-b_c.d", "9", "n" * 64])
+def test_valid_namespaces(namespace):
+    layout = KeyLayout(namespace)
+    assert layout.sessions("u").startswith(namespace + ":{u:")
+    assert layout.queue_key("x") == f"{namespace}:q:x"
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    ["", "n" * 65, "a:b", "a{b", "a}b", "a*", "a?", "a[b]", "a\\b", "a b", "abc\n", "\nabc", "ü"],
+    ids=repr,
+)
+def test_invalid_namespaces(namespace):
+    with pytest.raises(InvalidInput):
+        KeyLayout(namespace)
+
+
+@pytest.mark.parametrize("namespace", [None, 5, b"ns"], ids=repr)
+def test_non_str_namespaces(namespace):
+    with pytest.raises(InvalidInput):
+        KeyLayout(namespace)
+
+
+def test_default_namespace():
+    assert KeyLayout().namespace == "redismem"
+
+
+def test_validate_id():
+    assert validate_id("x", "user_id") == "x"
+    assert validate_id("é" * (MAX_ID_BYTES // 2), "user_id")
+    for bad in ("", None, 5, b"x", "é" * (MAX_ID_BYTES // 2) + "x", "\ud800"):
+        with pytest.raises(InvalidInput) as info:
+            validate_id(bad, "user_id")
+        assert "user_id" in str(info.value)

@@ -1,0 +1,97 @@
+"""Deleting: one session, one user, the whole namespace."""
+
+from __future__ import annotations
+
+from helpers import keys_matching, snapshot, user
+
+# Users whose ids are close to "alice" (prefixes, glob look-alikes, escapes).
+NEIGHBOURS = ["alice2", "alic", "Alice", "*", "alice*", "alice}:x", "%61lice", "al?ce", "bob"]
+
+
+async def test_clear_removes_one_session(make_memory, raw):
+    mem = await make_memory()
+    await mem.write([user("a")], session_id="gone", tags={"k": "v"})
+    await mem.write([user("b")], session_id="gone", tags={"k": "w"})
+    await mem.write([user("c")], session_id="kept", tags={"k": "v"})
+    layout = mem.layout
+    kept_before = await snapshot(raw, layout.user_prefix("default") + "s:kept:*")
+
+    removed = await mem.clear(session_id="gone")
+    assert removed == 4  # msgs, meta, entries, tags
+    assert await keys_matching(raw, layout.user_prefix("default") + "s:gone:*") == []
+    assert await mem.read(session_id="gone") == []
+    assert await mem.entries(session_id="gone") == []
+    assert [s.session_id for s in await mem.sessions()] == ["kept"]
+    assert [s.session_id for s in await mem.sessions(tags={"k": "v"})] == ["kept"]
+    assert await raw.zrange(layout.sessions("default"), 0, -1) == [b"kept"]
+    tag_members = await raw.zrange(layout.tagidx("default"), 0, -1)
+    assert tag_members and not any(b"gone" in m for m in tag_members)
+    assert await snapshot(raw, layout.user_prefix("default") + "s:kept:*") == kept_before
+
+    assert await mem.clear(session_id="gone") == 0
+    assert await mem.clear(session_id="never-existed") == 0
+    # A new session under the same id starts from scratch.
+    entry = await mem.write([user("fresh")], session_id="gone")
+    assert int(entry.id) == 1
+    assert [m.content for m in await mem.read(session_id="gone")] == ["fresh"]
+
+
+async def test_clearing_the_last_session_leaves_no_user_key(make_memory, raw):
+    mem = await make_memory()
+    await mem.write([user("a")], session_id="only", tags={"k": "v"})
+    await mem.clear(session_id="only")
+    assert await keys_matching(raw, mem.layout.user_pattern("default")) == []
+
+
+async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(make_memory, raw):
+    mem = await make_memory()
+    for uid in ["alice", *NEIGHBOURS]:
+        for sid in ("s1", "s2"):
+            await mem.write([user(f"{uid}/{sid}")], session_id=sid, user_id=uid, tags={"t": uid})
+    alice_keys = await keys_matching(raw, mem.layout.user_pattern("alice"))
+    assert len(alice_keys) == 10
+    everything_before = await snapshot(raw)
+    others_before = {k: v for k, v in everything_before.items() if k not in alice_keys}
+
+    removed = await mem.clear_user("alice")
+    assert removed == len(alice_keys)
+    assert await keys_matching(raw, mem.layout.user_pattern("alice")) == []
+    assert await snapshot(raw) == others_before
+    assert await mem.sessions(user_id="alice") == []
+    for uid in NEIGHBOURS:
+        assert [m.content for m in await mem.read(session_id="s1", user_id=uid)] == [f"{uid}/s1"]
+    assert await mem.clear_user("alice") == 0
+
+
+async def test_clear_user_with_more_keys_than_one_scan_batch(make_memory, raw):
+    mem = await make_memory(ttl=None)
+    for i in range(160):
+        await mem.write([user("x")], session_id=f"s{i}", user_id="many", tags={"i": str(i)})
+    await mem.write([user("y")], session_id="s0", user_id="few")
+    assert await mem.clear_user("many") == 160 * 4 + 2
+    assert await keys_matching(raw, mem.layout.user_pattern("many")) == []
+    assert len(await mem.read(session_id="s0", user_id="few")) == 1
+
+
+async def test_clear_all_removes_the_namespace_and_nothing_outside(make_memory, raw, namespace):
+    mem = await make_memory()
+    sibling = await make_memory(namespace=namespace + "2")
+    for uid in ("alice", "bob", "*"):
+        await mem.write([user("x")], session_id="s", user_id=uid, tags={"k": "v"})
+    await sibling.write([user("sibling")], session_id="s", user_id="alice")
+    await raw.set(f"other:{{{namespace}}}", b"foreign")
+    await raw.set(f"{namespace}2:{{u:alice}}:s:s:msgs-copy", b"foreign")
+    await raw.set(f"{namespace}", b"bare namespace, no colon")
+    await raw.set(f"{namespace}x:y", b"namespace prefix")
+    await raw.set(f"x{namespace}:y", b"namespace inside")
+    await raw.rpush(f"{namespace}-list", b"a", b"b")
+    own = await keys_matching(raw, f"{namespace}:*")
+    everything_before = await snapshot(raw)
+    outside_before = {k: v for k, v in everything_before.items() if k not in own}
+    assert len(outside_before) >= 8
+
+    assert await mem.clear_all() == len(own)
+    assert await keys_matching(raw, f"{namespace}:*") == []
+    assert await snapshot(raw) == outside_before
+    assert [m.content for m in await sibling.read(session_id="s", user_id="alice")] == ["sibling"]
+    assert await mem.clear_all() == 0

@@ -1,0 +1,363 @@
+"""Bad input is rejected with ``InvalidInput`` before anything reaches Redis,
+and hostile ids stay inside their own keys."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from helpers import Snapshot, keys_matching, pttls, snapshot, user
+
+from redismem import InvalidInput, Memory, Message, RedisMemError
+from redismem.keys import MAX_ID_BYTES
+
+SMALL_LIMIT = 1000
+
+
+async def _assert_unchanged(raw: Any, before: Snapshot, before_ttl: dict[bytes, int]) -> None:
+    assert await snapshot(raw) == before
+    after_ttl = await pttls(raw, "*")
+    # Not refreshed either: a rejected read must not slide the TTL.
+    assert all(after_ttl[k] <= before_ttl[k] for k in after_ttl), (before_ttl, after_ttl)
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def seeded(make_memory, raw):
+    """A store with some data, a snapshot of it, and clients to misuse."""
+    mem = await make_memory(ttl=60)
+    small = await make_memory(ttl=60, max_message_bytes=SMALL_LIMIT)
+    await mem.write([user("a"), user("b")], session_id="s", tags={"k": "v"})
+    await mem.write([user("c")], session_id="s2", user_id="bob")
+    before = await snapshot(raw)
+    ttl = await pttls(raw, "*")
+    assert before
+    return mem, small, before, ttl
+
+
+def _expect_invalid(exc_info: pytest.ExceptionInfo[InvalidInput]) -> None:
+    assert isinstance(exc_info.value, ValueError)
+    assert isinstance(exc_info.value, RedisMemError)
+
+
+class _Unpackable:
+    pass
+
+
+BAD_WRITES: dict[str, tuple[Any, dict[str, Any]]] = {
+    # messages
+    "unknown role": ([{"role": "robot", "content": "x"}], {}),
+    "missing role": ([{"content": "x"}], {}),
+    "role not str": ([{"role": 1, "content": "x"}], {}),
+    "unknown field": ([{"role": "user", "content": "x", "colour": "red"}], {}),
+    "content int": ([{"role": "user", "content": 5}], {}),
+    "content None": ([{"role": "user", "content": None}], {}),
+    "content lone surrogate": ([{"role": "user", "content": "a\ud800"}], {}),
+    "name lone surrogate": ([{"role": "user", "content": "a", "name": "\udfff"}], {}),
+    "tool call without id": ([{"role": "assistant", "tool_calls": [{"name": "f"}]}], {}),
+    "tool call args int": (
+        [{"role": "assistant", "tool_calls": [{"id": "c", "name": "f", "arguments": 3}]}],
+        {},
+    ),
+    "metadata not dict": ([{"role": "user", "content": "x", "metadata": "m"}], {}),
+    "metadata unpackable": ([{"role": "user", "metadata": {"o": _Unpackable()}}], {}),
+    "metadata datetime": ([{"role": "user", "metadata": {"t": datetime(2020, 1, 1)}}], {}),
+    "metadata huge int": ([{"role": "user", "metadata": {"n": 2**70}}], {}),
+    "tool args unpackable": (
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "name": "f", "arguments": {"s": {1, 2}}}],
+            }
+        ],
+        {},
+    ),
+    "item is a str": (["hello"], {}),
+    "item is an int": ([42], {}),
+    "item is None": ([None], {}),
+    "last item bad": ([user("ok"), user("ok"), {"role": "bad"}], {}),
+    "messages is a dict": (user("x"), {}),
+    "messages is a Message": (Message(role="user", content="x"), {}),
+    "messages is a str": ("hello", {}),
+    "messages is None": (None, {}),
+    "messages is an int": (42, {}),
+    "messages is bytes": (b"hello", {}),
+    "empty list": ([], {}),
+    "empty tuple": ((), {}),
+    "empty generator": ((m for m in []), {}),
+    # ids
+    "session id empty": ([user("x")], {"session_id": ""}),
+    "session id None": ([user("x")], {"session_id": None}),
+    "session id int": ([user("x")], {"session_id": 5}),
+    "session id bytes": ([user("x")], {"session_id": b"s"}),
+    "session id list": ([user("x")], {"session_id": ["s"]}),
+    "session id too long": ([user("x")], {"session_id": "x" * (MAX_ID_BYTES + 1)}),
+    "session id surrogate": ([user("x")], {"session_id": "a\ud800"}),
+    "user id empty": ([user("x")], {"user_id": ""}),
+    "user id None": ([user("x")], {"user_id": None}),
+    "user id int": ([user("x")], {"user_id": 7}),
+    "user id bytes": ([user("x")], {"user_id": b"u"}),
+    "user id too long": ([user("x")], {"user_id": "é" * (MAX_ID_BYTES // 2 + 1)}),
+    # tags and agent
+    "tags a list": ([user("x")], {"tags": [("a", "b")]}),
+    "tags a str": ([user("x")], {"tags": "a=b"}),
+    "tags an int": ([user("x")], {"tags": 5}),
+    "tag key int": ([user("x")], {"tags": {1: "x"}}),
+    "tag key empty": ([user("x")], {"tags": {"": "x"}}),
+    "tag key None": ([user("x")], {"tags": {None: "x"}}),
+    "tag value int": ([user("x")], {"tags": {"k": 1}}),
+    "tag value None": ([user("x")], {"tags": {"k": None}}),
+    "tag value bytes": ([user("x")], {"tags": {"k": b"v"}}),
+    "too many tags": ([user("x")], {"tags": {f"k{i}": "v" for i in range(65)}}),
+    "agent name int": ([user("x")], {"agent_name": 5}),
+    "agent name lone surrogate": ([user("x")], {"agent_name": "\ud800"}),
+    "tag key lone surrogate": ([user("x")], {"tags": {"\ud800": "v"}}),
+    "tag value lone surrogate": ([user("x")], {"tags": {"k": "\ud800"}}),
+    # size
+    "oversized": ([user("x" * SMALL_LIMIT)], {}),
+    "second message oversized": ([user("ok"), user("y" * (SMALL_LIMIT + 1))], {}),
+    "oversized tool arguments": (
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "name": "f", "arguments": {"x": "z" * SMALL_LIMIT}}],
+            }
+        ],
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_WRITES), ids=list(BAD_WRITES))
+async def test_bad_write_is_rejected_and_writes_nothing(seeded, raw, case):
+    _, small, before, ttl = seeded
+    messages, kwargs = BAD_WRITES[case]
+    kwargs = {"session_id": "s", **kwargs}
+    with pytest.raises(InvalidInput) as info:
+        await small.write(messages, **kwargs)
+    _expect_invalid(info)
+    await _assert_unchanged(raw, before, ttl)
+
+
+async def test_default_size_limit_is_one_mebibyte(seeded, raw):
+    mem, _, before, ttl = seeded
+    with pytest.raises(InvalidInput):
+        await mem.write([user("x" * (1024 * 1024))], session_id="s")
+    await _assert_unchanged(raw, before, ttl)
+    entry = await mem.write([user("x" * (1024 * 1024 - 100))], session_id="s")
+    assert len(entry.messages) == 1
+
+
+@pytest.mark.parametrize(
+    "tokenizer",
+    [
+        pytest.param(lambda text: 1 // 0, id="raises"),
+        pytest.param(lambda text: -1000, id="negative"),
+        pytest.param(lambda text: 1.5, id="float"),
+        pytest.param(lambda text: "3", id="str"),
+    ],
+)
+async def test_a_broken_tokenizer_is_rejected_before_writing(seeded, make_memory, raw, tokenizer):
+    _, _, before, ttl = seeded
+    mem = await make_memory(tokenizer=tokenizer)
+    with pytest.raises(InvalidInput):
+        await mem.write([user("a")], session_id="s")
+    await _assert_unchanged(raw, before, ttl)
+
+
+BAD_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "read limit negative": ("read", {"session_id": "s", "limit": -1}),
+    "read limit str": ("read", {"session_id": "s", "limit": "5"}),
+    "read limit float": ("read", {"session_id": "s", "limit": 1.5}),
+    "read limit bool": ("read", {"session_id": "s", "limit": True}),
+    "read max_tokens negative": ("read", {"session_id": "s", "max_tokens": -1}),
+    "read max_tokens str": ("read", {"session_id": "s", "max_tokens": "100"}),
+    "read max_tokens float": ("read", {"session_id": "s", "max_tokens": 2.5}),
+    "read max_tokens bool": ("read", {"session_id": "s", "max_tokens": False}),
+    "read tags str": ("read", {"session_id": "s", "tags": "k=v"}),
+    "read tag value int": ("read", {"session_id": "s", "tags": {"k": 1}}),
+    "read tag key int": ("read", {"session_id": "s", "tags": {1: "v"}}),
+    "read session id empty": ("read", {"session_id": ""}),
+    "read session id None": ("read", {"session_id": None}),
+    "read user id int": ("read", {"session_id": "s", "user_id": 1}),
+    "entries tags list": ("entries", {"session_id": "s", "tags": ["k"]}),
+    "entries session id bytes": ("entries", {"session_id": b"s"}),
+    "entries user id empty": ("entries", {"session_id": "s", "user_id": ""}),
+    "sessions user id None": ("sessions", {"user_id": None}),
+    "sessions user id empty": ("sessions", {"user_id": ""}),
+    "sessions tags int": ("sessions", {"tags": 3}),
+    "sessions tag value None": ("sessions", {"tags": {"k": None}}),
+    "clear session id empty": ("clear", {"session_id": ""}),
+    "clear session id int": ("clear", {"session_id": 1}),
+    "clear user id None": ("clear", {"session_id": "s", "user_id": None}),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CALLS), ids=list(BAD_CALLS))
+async def test_bad_arguments_are_rejected_and_change_nothing(seeded, raw, case):
+    mem, _, before, ttl = seeded
+    method, kwargs = BAD_CALLS[case]
+    with pytest.raises(InvalidInput) as info:
+        await getattr(mem, method)(**kwargs)
+    _expect_invalid(info)
+    await _assert_unchanged(raw, before, ttl)
+
+
+@pytest.mark.parametrize("user_id", ["", None, 5, b"default", "x" * (MAX_ID_BYTES + 1)], ids=repr)
+async def test_clear_user_rejects_bad_ids_and_deletes_nothing(seeded, raw, user_id):
+    mem, _, before, ttl = seeded
+    with pytest.raises(InvalidInput):
+        await mem.clear_user(user_id)
+    await _assert_unchanged(raw, before, ttl)
+
+
+BAD_OPTIONS: dict[str, dict[str, Any]] = {
+    "unknown option": {"colour": "red"},
+    "ttl str": {"ttl": "5"},
+    "ttl negative": {"ttl": -1},
+    "ttl zero": {"ttl": 0},
+    "ttl bool": {"ttl": True},
+    "ttl list": {"ttl": [5]},
+    "ttl zero timedelta": {"ttl": timedelta(0)},
+    "ttl negative timedelta": {"ttl": timedelta(seconds=-1)},
+    "max_messages zero": {"max_messages": 0},
+    "max_messages negative": {"max_messages": -3},
+    "max_messages str": {"max_messages": "5"},
+    "max_messages float": {"max_messages": 1.5},
+    "max_messages bool": {"max_messages": True},
+    "max_message_bytes zero": {"max_message_bytes": 0},
+    "max_message_bytes str": {"max_message_bytes": "1k"},
+    "namespace empty": {"namespace": ""},
+    "namespace colon": {"namespace": "a:b"},
+    "namespace braces": {"namespace": "a{b}"},
+    "namespace glob": {"namespace": "a*"},
+    "namespace space": {"namespace": "a b"},
+    "namespace trailing newline": {"namespace": "abc\n"},
+    "namespace too long": {"namespace": "n" * 65},
+    "namespace int": {"namespace": 5},
+    "store_system_messages str": {"store_system_messages": "yes"},
+    "refresh_ttl_on_read int": {"refresh_ttl_on_read": 1},
+    "tokenizer not callable": {"tokenizer": "len"},
+    "on_read not callable": {"on_read": 5},
+    "on_write not callable": {"on_write": "print"},
+    "retries negative": {"retries": -1},
+    "connect_timeout zero": {"connect_timeout": 0},
+    "connect_timeout str": {"connect_timeout": "1"},
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPTIONS), ids=list(BAD_OPTIONS))
+async def test_bad_connect_options_are_rejected(backend_url, clean_env, case):
+    with pytest.raises(InvalidInput) as info:
+        await Memory.connect(backend_url, **BAD_OPTIONS[case])
+    _expect_invalid(info)
+
+
+@pytest.mark.parametrize("url", [123, "nonsense", "http://127.0.0.1:6379/0"], ids=repr)
+async def test_bad_urls_are_rejected(clean_env, url):
+    with pytest.raises(InvalidInput) as info:
+        await Memory.connect(url)
+    _expect_invalid(info)
+
+
+HOSTILE = [
+    "a:b",
+    "{a}",
+    "a}",
+    "}",
+    "{",
+    "*",
+    "?",
+    "[a-z]",
+    "[",
+    "]",
+    "\\",
+    "a\nb",
+    "\r\n",
+    " ",
+    "\t",
+    "ünï©ødé 🚀",
+    "x" * 1024,
+    "€" * (MAX_ID_BYTES // 3),  # 4095 bytes, just under the limit
+    "a}:s:x",
+    "a}:sessions",
+    "{u:a}",
+    "u:a",
+    "%41",
+    "A",
+    "%",
+    "a*",
+    ".",
+    "\x00",
+    "\x7f",
+]
+
+
+async def test_hostile_ids_round_trip(make_memory, raw, namespace):
+    mem = await make_memory()
+    for i, hostile in enumerate(HOSTILE):
+        await mem.write([user(f"u{i}")], session_id="s", user_id=hostile, tags={hostile: hostile})
+        await mem.write([user(f"s{i}")], session_id=hostile, user_id="a")
+    for i, hostile in enumerate(HOSTILE):
+        got = await mem.read(session_id="s", user_id=hostile)
+        assert [m.content for m in got] == [f"u{i}"], hostile
+        got = await mem.read(session_id=hostile, user_id="a")
+        assert [m.content for m in got] == [f"s{i}"], hostile
+        infos = await mem.sessions(user_id=hostile, tags={hostile: hostile})
+        assert [(s.user_id, s.session_id) for s in infos] == [(hostile, "s")]
+    listed = {s.session_id for s in await mem.sessions(user_id="a")}
+    assert listed == set(HOSTILE)
+
+    # Every key parses back to the ids that made it, and none escapes the layout.
+    layout = mem.layout
+    owners = set()
+    for key in await keys_matching(raw, "*"):
+        text = key.decode("ascii")
+        assert text.startswith(f"{namespace}:{{u:")
+        parsed = layout.parse_key(text)
+        assert layout.user_prefix(parsed.user_id) in text
+        owners.add((parsed.user_id, parsed.session_id))
+    expected = {(h, "s") for h in HOSTILE} | {("a", h) for h in HOSTILE}
+    assert {o for o in owners if o[1] is not None} == expected
+
+
+async def test_hostile_user_ids_cannot_reach_another_user(make_memory, raw):
+    mem = await make_memory()
+    await mem.write([user("a's secret")], session_id="s", user_id="a", tags={"k": "v"})
+    await mem.write([user("a's other")], session_id="x", user_id="a")
+    a_before = await snapshot(raw, mem.layout.user_pattern("a"))
+    attackers = ["a}:s:s", "a}", "a}:*", "*", "a*", "?", "[a]", "a\\", "a?", "a}:s:x"]
+    for attacker in attackers:
+        assert await mem.read(session_id="s", user_id=attacker) == []
+        assert await mem.read(session_id="s:msgs", user_id="a") == []
+        assert await mem.sessions(user_id=attacker) == []
+        assert await mem.sessions(user_id=attacker, tags={"k": "v"}) == []
+        assert await mem.clear(session_id="s", user_id=attacker) == 0
+        await mem.write([user("attack")], session_id="s", user_id=attacker)
+        assert await mem.clear_user(attacker) == 4
+    assert await snapshot(raw, mem.layout.user_pattern("a")) == a_before
+    assert [m.content for m in await mem.read(session_id="s", user_id="a")] == ["a's secret"]
+
+
+async def test_clear_user_of_hostile_ids_touches_only_that_user(make_memory, raw):
+    mem = await make_memory()
+    for hostile in HOSTILE:
+        await mem.write([user(hostile)], session_id="s", user_id=hostile, tags={"t": "1"})
+    for victim in ("*", "a}", "[a-z]", "%41", "{u:a}"):
+        victim_keys = await keys_matching(raw, mem.layout.user_pattern(victim))
+        assert len(victim_keys) == 6  # 4 session keys, sessions and tagidx
+        before = {k: v for k, v in (await snapshot(raw)).items() if k not in victim_keys}
+        assert await mem.clear_user(victim) == 6
+        assert await snapshot(raw) == before
+        assert await mem.read(session_id="s", user_id=victim) == []
+    assert [m.content for m in await mem.read(session_id="s", user_id="A")] == ["A"]
+
+
+async def test_id_length_limit_is_in_utf8_bytes(make_memory):
+    mem = await make_memory()
+    longest = "é" * (MAX_ID_BYTES // 2)
+    await mem.write([user("x")], session_id=longest, user_id=longest)
+    assert len(await mem.read(session_id=longest, user_id=longest)) == 1
+    with pytest.raises(InvalidInput):
+        await mem.write([user("x")], session_id=longest + "a", user_id="u")

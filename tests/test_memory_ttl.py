@@ -1,0 +1,175 @@
+"""Sliding TTLs: every key of a session expires together, and no key is left
+without a TTL when one is configured."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from helpers import keys_matching, pttls, user
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+async def _populate(mem) -> None:
+    """Sessions of two users, with tags, several writes and some reads."""
+    await mem.write([user("a"), user("b")], session_id="s1", tags={"k": "v", "t": "1"})
+    await mem.write([user("c")], session_id="s1", tags={"k": "w"})
+    await mem.write([user("d")], session_id="s2", user_id="bob", agent_name="x")
+    await mem.write([user("e")], session_id="s3", user_id="bob", tags={"k": "v"})
+    await mem.read(session_id="s1")
+    await mem.entries(session_id="s2", user_id="bob")
+
+
+async def test_every_key_has_the_ttl_after_writes(make_memory, raw, namespace):
+    mem = await make_memory(ttl=30)
+    await _populate(mem)
+    found = await pttls(raw, f"{namespace}:*")
+    kinds = {key.rsplit(b":", 1)[-1] for key in found}
+    assert {b"msgs", b"meta", b"entries", b"tags", b"sessions", b"tagidx"} <= kinds
+    assert all(25_000 < ttl <= 30_000 for ttl in found.values()), found
+
+
+async def test_default_ttl_is_seven_days(make_memory, raw, namespace):
+    mem = await make_memory()
+    await _populate(mem)
+    found = await pttls(raw, f"{namespace}:*")
+    assert found and all(WEEK_MS - 60_000 < ttl <= WEEK_MS for ttl in found.values()), found
+
+
+async def test_timedelta_ttl(make_memory, raw, namespace):
+    mem = await make_memory(ttl=timedelta(minutes=2))
+    await _populate(mem)
+    found = await pttls(raw, f"{namespace}:*")
+    assert found and all(110_000 < ttl <= 120_000 for ttl in found.values()), found
+
+
+async def test_no_ttl_when_ttl_is_none(make_memory, raw, namespace):
+    mem = await make_memory(ttl=None)
+    await _populate(mem)
+    found = await pttls(raw, f"{namespace}:*")
+    assert found and set(found.values()) == {-1}, found
+    assert all(s.expires_at is None for s in await mem.sessions(user_id="bob"))
+
+
+async def test_ttl_survives_trimming_clearing_and_other_sessions(make_memory, raw, namespace):
+    mem = await make_memory(ttl=30, max_messages=2)
+    await _populate(mem)
+    await mem.write([user(f"x{i}") for i in range(5)], session_id="s1", tags={"z": "1"})
+    await mem.clear(session_id="s2", user_id="bob")
+    await mem.read(session_id="s3", user_id="bob", tags={"k": "v"})
+    found = await pttls(raw, f"{namespace}:*")
+    assert found and all(ttl > 0 for ttl in found.values()), found
+
+
+async def _ttls_after_pause(raw, namespace: str) -> dict[bytes, int]:
+    await asyncio.sleep(0.3)
+    return await pttls(raw, f"{namespace}:*")
+
+
+async def test_write_refreshes_the_ttl(make_memory, raw, namespace):
+    mem = await make_memory(ttl=5)
+    await mem.write([user("a")], session_id="s", tags={"k": "v"})
+    before = await _ttls_after_pause(raw, namespace)
+    assert all(ttl <= 4_800 for ttl in before.values()), before
+    await mem.write([user("b")], session_id="s")
+    after = await pttls(raw, f"{namespace}:*")
+    assert after.keys() == before.keys()
+    assert all(after[k] > before[k] + 150 for k in after), (before, after)
+
+
+async def test_reads_refresh_the_ttl(make_memory, raw, namespace):
+    mem = await make_memory(ttl=5)
+    await mem.write([user("a")], session_id="s", tags={"k": "v"})
+    for read in (
+        lambda: mem.read(session_id="s"),
+        lambda: mem.read(session_id="s", limit=1, max_tokens=100),
+        lambda: mem.read(session_id="s", tags={"k": "v"}),
+        lambda: mem.entries(session_id="s"),
+    ):
+        before = await _ttls_after_pause(raw, namespace)
+        await read()
+        after = await pttls(raw, f"{namespace}:*")
+        assert after.keys() == before.keys()
+        assert all(after[k] > before[k] + 150 for k in after), (before, after)
+
+
+async def test_refresh_ttl_on_read_false_leaves_the_ttl_alone(make_memory, raw, namespace):
+    mem = await make_memory(ttl=5, refresh_ttl_on_read=False)
+    await mem.write([user("a")], session_id="s", tags={"k": "v"})
+    before = await _ttls_after_pause(raw, namespace)
+    await mem.read(session_id="s")
+    await mem.read(session_id="s", tags={"k": "v"})
+    await mem.entries(session_id="s")
+    await mem.sessions()
+    after = await pttls(raw, f"{namespace}:*")
+    assert after.keys() == before.keys()
+    assert all(0 < after[k] <= before[k] for k in after), (before, after)
+
+
+async def test_user_index_lives_as_long_as_its_longest_session(make_memory, raw):
+    long = await make_memory(ttl=60)
+    short = await make_memory(ttl=5)
+    await long.write([user("a")], session_id="long", tags={"k": "v"})
+    await short.write([user("b")], session_id="short", tags={"k": "v"})
+    layout = long.layout
+    assert await raw.pttl(layout.sessions("default")) > 55_000
+    assert await raw.pttl(layout.tagidx("default")) > 55_000
+    assert 0 < await raw.pttl(layout.session("default", "short").msgs) <= 5_000
+
+
+async def test_sessions_expire_and_their_index_entries_are_pruned(make_memory, raw, namespace):
+    keeper = await make_memory(ttl=60)
+    brief = await make_memory(ttl=1)
+    layout = keeper.layout
+    # A long-lived session keeps the user's index keys alive past the brief one.
+    await keeper.write([user("stays")], session_id="long", tags={"k": "v"})
+    await brief.write([user("goes")], session_id="brief", tags={"k": "v", "only": "brief"})
+    for i in range(40):  # more than one write prunes (16)
+        await brief.write([user("goes")], session_id=f"brief{i}", tags={"only": "brief"})
+    assert len(await keeper.sessions()) == 42
+
+    await asyncio.sleep(1.2)
+    assert [s.session_id for s in await keeper.sessions()] == ["long"]
+    assert [s.session_id for s in await keeper.sessions(tags={"k": "v"})] == ["long"]
+    assert await keeper.sessions(tags={"only": "brief"}) == []
+    assert await brief.read(session_id="brief") == []
+    assert await brief.entries(session_id="brief") == []
+    assert await keys_matching(raw, layout.user_prefix("default") + "s:brief:*") == []
+
+    # Later writes to any session of the user prune the stale index members.
+    for _ in range(3):
+        await keeper.write([user("again")], session_id="long")
+    members = await raw.zrange(layout.sessions("default"), 0, -1)
+    assert members == [b"long"]
+    tag_members = await raw.zrange(layout.tagidx("default"), 0, -1)
+    assert tag_members and not any(b"brief" in m for m in tag_members), tag_members
+    assert [m.content for m in await keeper.read(session_id="long")] == ["stays"] + ["again"] * 3
+
+
+async def test_a_fully_expired_user_leaves_no_keys(make_memory, raw, namespace):
+    mem = await make_memory(ttl=1)
+    await mem.write([user("a")], session_id="s1", tags={"k": "v"})
+    await mem.write([user("b")], session_id="s2")
+    await asyncio.sleep(1.2)
+    assert await mem.sessions() == []
+    assert await mem.read(session_id="s1") == []
+    assert await keys_matching(raw, f"{namespace}:*") == []
+
+
+async def test_a_session_written_again_after_expiry_keeps_its_new_tags(make_memory, raw):
+    keeper = await make_memory(ttl=60)
+    brief = await make_memory(ttl=1)
+    # The long-lived session keeps the user's index alive, holding the expired
+    # session's stale members until a write prunes them.
+    await keeper.write([user("stays")], session_id="long")
+    await brief.write([user("old")], session_id="s", tags={"gen": "old", "k": "v"})
+    await asyncio.sleep(1.2)
+    await brief.write([user("new")], session_id="s", tags={"gen": "new", "k": "v"})
+
+    assert [m.content for m in await brief.read(session_id="s")] == ["new"]
+    assert [s.session_id for s in await brief.sessions(tags={"gen": "new"})] == ["s"]
+    assert [s.session_id for s in await brief.sessions(tags={"k": "v"})] == ["s"]
+    assert await brief.sessions(tags={"gen": "old"}) == []
+    tag_members = await raw.zrange(keeper.layout.tagidx("default"), 0, -1)
+    assert not any(b"old" in m for m in tag_members), tag_members

@@ -1,0 +1,1 @@
+"""redismem workers: arq settings and jobs for queue-driven summarization (next issue)."""
