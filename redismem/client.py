@@ -267,14 +267,7 @@ class Memory:
         self, key: str, raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]]
     ) -> list[Message]:
         """Decode stored messages; ``created`` is ``(first_seq, created_ms)`` ascending."""
-        dicts = []
-        entry_i = 0
-        for offset, element in enumerate(raw):
-            seq = first_seq + offset
-            while entry_i + 1 < len(created) and created[entry_i + 1][0] <= seq:
-                entry_i += 1
-            created_ms = created[entry_i][1] if created and created[entry_i][0] <= seq else None
-            dicts.append(codec.decode_message(element, seq, created_ms, key))
+        dicts = codec.decode_messages(raw, first_seq, created, key)
         try:
             return MESSAGE_LIST.validate_python(dicts)
         except ValidationError as exc:
@@ -455,7 +448,7 @@ class Memory:
                     keys=keys.script_keys(),
                     args=[limit_arg, budget, self._refresh_ttl_arg(), sid, "0"],
                 )
-            created = sorted(codec.entry_prefix(p + b",", keys.entries) for p in covering)
+            created = codec.parse_covering(covering, keys.entries)
             messages = self._decode_messages(keys.msgs, raw, first_seq, created)
         messages = drop_orphan_tool_results(messages)
         await self._call_hook("on_read", sid, uid, messages)
@@ -486,7 +479,7 @@ class Memory:
             if raw_summary
             else None
         )
-        created = sorted(codec.entry_prefix(p + b",", keys.entries) for p in covering)
+        created = codec.parse_covering(covering, keys.entries)
         return summary, self._decode_messages(keys.msgs, raw, first_seq, created)
 
     async def context(

@@ -17,6 +17,7 @@ and the clock. Message ids are the session sequence, zero padded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,7 +31,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "DecodedEntry",
     "decode_entry",
-    "decode_message",
+    "parse_covering",
+    "decode_messages",
     "encode_entry_tail",
     "encode_message",
     "message_id",
@@ -76,40 +78,69 @@ def encode_message(message: Message, token_count: int) -> bytes:
     return b"%d|" % token_count + _pack(fields)
 
 
-def decode_message(raw: bytes, seq: int, created_ms: int | None, key: str) -> dict[str, Any]:
-    """Decode one stored message into a dict ready for ``Message`` validation."""
+def decode_messages(
+    raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]], key: str
+) -> list[dict[str, Any]]:
+    """Decode stored messages ``first_seq, first_seq + 1, ...`` into dicts ready
+    for ``Message`` validation. ``created`` is ``(first_seq, created_ms)`` of
+    the entries covering them, ascending; a message takes its entry's time."""
+    out: list[dict[str, Any]] = []
+    times: list[tuple[int, datetime]] = [(first, ms_to_datetime(ms)) for first, ms in created]
+    entry = 0
+    seq = first_seq
     try:
-        tokens, sep, body = raw.partition(b"|")
-        if not sep or not tokens.isdigit():
-            # The scripts read the prefix as ASCII digits; int() would also
-            # accept spaces, signs and underscores.
-            raise ValueError("no token prefix")
-        fields = msgpack.unpackb(body, raw=False, strict_map_key=False)
-        if not isinstance(fields, list) or len(fields) < 3:
-            raise ValueError("not a message record")
-        if fields[0] != SCHEMA_VERSION:
-            raise ValueError(f"unknown schema version {fields[0]!r}")
-        fields += [None] * (7 - len(fields))
-        _, role, content, name, calls, call_id, metadata = fields[:7]
-        out: dict[str, Any] = {
-            "role": ROLES[role],
-            "content": content,
-            "id": message_id(seq),
-            "token_count": int(tokens),
-        }
-        if created_ms is not None:
-            out["created_at"] = ms_to_datetime(created_ms)
-        if name is not None:
-            out["name"] = name
-        if calls:
-            out["tool_calls"] = [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls]
-        if call_id is not None:
-            out["tool_call_id"] = call_id
-        if metadata:
-            out["metadata"] = metadata
-        return out
+        for seq, element in enumerate(raw, first_seq):
+            bar = element.find(b"|")
+            tokens = element[:bar]
+            if bar <= 0 or not tokens.isdigit():
+                # The scripts read the prefix as ASCII digits; int() would also
+                # accept spaces, signs and underscores.
+                raise ValueError("no token prefix")
+            fields = msgpack.unpackb(element[bar + 1 :], raw=False, strict_map_key=False)
+            if type(fields) is not list or len(fields) < 3 or fields[0] != SCHEMA_VERSION:
+                raise ValueError("not a message record of a known schema version")
+            message: dict[str, Any] = {
+                "role": ROLES[fields[1]],
+                "content": fields[2],
+                "id": f"{seq:0{_ID_WIDTH}d}",
+                "token_count": int(tokens),
+            }
+            while entry + 1 < len(times) and times[entry + 1][0] <= seq:
+                entry += 1
+            if times and times[entry][0] <= seq:
+                message["created_at"] = times[entry][1]
+            if len(fields) > 3:
+                _decode_optional(fields, message)
+            out.append(message)
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"message {seq}: {exc}") from exc
+    return out
+
+
+def _decode_optional(fields: list[Any], message: dict[str, Any]) -> None:
+    fields += [None] * (7 - len(fields))
+    name, calls, call_id, metadata = fields[3:7]
+    if name is not None:
+        message["name"] = name
+    if calls:
+        message["tool_calls"] = [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls]
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    if metadata:
+        message["metadata"] = metadata
+
+
+def parse_covering(covering: Sequence[bytes], key: str) -> list[tuple[int, int]]:
+    """``(first_seq, created_ms)`` ascending, from the scripts' newest-first
+    ``b"first_seq,created_ms"`` list."""
+    try:
+        out = []
+        for item in reversed(covering):
+            first, created = item.split(b",")
+            out.append((int(first), int(created)))
+        return out
+    except ValueError as exc:
+        raise CorruptData(key, f"entry record: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +164,6 @@ def encode_entry_tail(
     while fields[-1] is None:
         fields.pop()
     return _pack(fields)
-
-
-def entry_prefix(raw: bytes, key: str) -> tuple[int, int]:
-    """``(first_seq, created_ms)`` of a stored entry, as the scripts return it."""
-    try:
-        first, created, _ = raw.split(b",", 2)
-        return int(first), int(created)
-    except ValueError as exc:
-        raise CorruptData(key, f"entry record: {exc}") from exc
 
 
 def decode_entry(raw: bytes, key: str) -> DecodedEntry:

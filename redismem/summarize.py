@@ -83,7 +83,7 @@ async def summarize_pass(
     if not raw:
         return SummarizeOutcome("idle")
     last = min(seq - keep_recent, first + cap - 1)
-    created = sorted(codec.entry_prefix(p + b",", keys.entries) for p in covering)
+    created = codec.parse_covering(covering, keys.entries)
     messages = memory._decode_messages(keys.msgs, raw, first, created)
     count = last - first + 1
     todo = split_at_tool_boundary(
