@@ -136,7 +136,7 @@ class SummaryQueue:
 
     async def aclose(self) -> None:
         if self._pool is not None:
-            await self._pool.aclose()
+            await self._pool.aclose(close_connection_pool=True)
             self._pool = None
 
 

@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["ScriptSet", "script_source"]
 
 _WITH_COMMON = ("write", "read", "snapshot", "clear", "prepare", "commit")
-_PLAIN = ("sessions",)
+_PLAIN = ("sessions", "settle")
 
 
 @cache
@@ -42,6 +42,7 @@ class ScriptSet:
     prepare: Any
     commit: Any
     sessions: Any
+    settle: Any
 
     @classmethod
     def register(cls, redis: Any) -> ScriptSet:

@@ -25,7 +25,13 @@ if TYPE_CHECKING:
     from .client import Memory
     from .summarizers import Summarizer
 
-__all__ = ["MAX_SUMMARY_CHARS", "SummarizeOutcome", "split_at_tool_boundary", "summarize_pass"]
+__all__ = [
+    "MAX_SUMMARY_CHARS",
+    "SummarizeOutcome",
+    "settle_pending",
+    "split_at_tool_boundary",
+    "summarize_pass",
+]
 
 #: Longest summary text accepted from a summarizer.
 MAX_SUMMARY_CHARS = 32_000
@@ -39,6 +45,8 @@ class SummarizeOutcome:
     summarized: int = 0
     still_pending: bool = False
     lag_ms: int | None = None
+    #: The session's write sequence the pass read (for ``settle_pending``).
+    seq: int = 0
 
 
 def split_at_tool_boundary(batch: list[Message], following: Message | None) -> list[Message]:
@@ -81,7 +89,7 @@ async def summarize_pass(
     if not seq:
         return SummarizeOutcome("gone")
     if not raw:
-        return SummarizeOutcome("idle")
+        return SummarizeOutcome("idle", seq=seq)
     last = min(seq - keep_recent, first + cap - 1)
     created = codec.parse_covering(covering, keys.entries)
     messages = memory._decode_messages(keys.msgs, raw, first, created)
@@ -90,7 +98,8 @@ async def summarize_pass(
         messages[:count], messages[count] if len(messages) > count else None
     )
     if not todo:
-        return SummarizeOutcome("idle")
+        # Every cut would split an unfinished tool sequence: wait for its results.
+        return SummarizeOutcome("idle", seq=seq)
 
     previous = codec.decode_summary(raw_summary, keys.summary) if raw_summary else None
     try:
@@ -130,4 +139,15 @@ async def summarize_pass(
     if status == 0:
         return SummarizeOutcome("stale", still_pending=True)
     lag = now_ms - int(float(since)) if since else None
-    return SummarizeOutcome("committed", len(todo), bool(still), lag)
+    return SummarizeOutcome("committed", len(todo), bool(still), lag, seq)
+
+
+async def settle_pending(memory: Memory, *, user_id: str, session_id: str, seq: int) -> bool:
+    """Clear the pending mark after an idle or gone pass, unless a write
+    arrived after the pass read ``seq`` (that write's backlog keeps it)."""
+    keys = memory.layout.session(user_id, session_id)
+    with memory._errors():
+        cleared = await memory._scripts.settle(
+            keys=[keys.meta, keys.pending], args=[seq, session_id]
+        )
+    return bool(cleared)

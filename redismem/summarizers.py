@@ -19,11 +19,12 @@ import os
 import re
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .errors import InvalidInput, SummarizerError
 from .models import Message
@@ -35,6 +36,9 @@ __all__ = [
     "TruncationSummarizer",
     "summarizer_from_env",
 ]
+
+
+_N = TypeVar("_N", int, float)
 
 
 @runtime_checkable
@@ -91,7 +95,17 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 
-_SECTIONS = ("Facts and preferences", "Requests and questions", "Decisions", "Tool outcomes")
+#: "Earlier summary" holds lines of a previous summary this summarizer did not
+#: write (another summarizer's), so switching summarizers loses nothing.
+_SECTIONS = (
+    "Earlier summary",
+    "Facts and preferences",
+    "Requests and questions",
+    "Decisions",
+    "Tool outcomes",
+)
+#: What a summary with no key point yet says (a summary is never empty).
+_EMPTY = "(no key points so far)"
 
 
 @dataclass(frozen=True)
@@ -135,16 +149,19 @@ class KeyPointsSummarizer:
                 found.append(("Decisions", self._clip(f"assistant: {sentence}")))
         return found
 
-    @staticmethod
-    def _parse(previous: str | None) -> list[tuple[str, str]]:
+    def _parse(self, previous: str | None) -> list[tuple[str, str]]:
         points: list[tuple[str, str]] = []
-        section = _SECTIONS[0]
+        section: str | None = None
         for line in (previous or "").splitlines():
             line = line.strip()
+            if not line or line == _EMPTY:
+                continue
             if line.endswith(":") and line[:-1] in _SECTIONS:
                 section = line[:-1]
-            elif line.startswith("- "):
-                points.append((section, line[2:]))
+            elif line.startswith("- ") and section is not None:
+                points.append((section, self._clip(line[2:])))
+            else:
+                points.append(("Earlier summary", self._clip(line.removeprefix("- "))))
         return points
 
     async def summarize(self, previous: str | None, messages: Sequence[Message]) -> str:
@@ -155,10 +172,14 @@ class KeyPointsSummarizer:
         for point in points:
             unique.pop(point, None)
             unique[point] = None  # re-stated points move to the newest position
-        kept = list(unique)[-self.max_points :]
-        while kept and len(self._render(kept)) > self.max_chars:
-            kept.pop(0)
-        return self._render(kept)
+        # Over the bounds, drop the oldest point of the largest section, so
+        # every kind of point keeps its newest items.
+        kept = list(unique)
+        while kept and (len(kept) > self.max_points or len(self._render(kept)) > self.max_chars):
+            sizes = Counter(kind for kind, _ in kept)
+            largest = max(sizes, key=lambda kind: (sizes[kind], -_SECTIONS.index(kind)))
+            kept.remove(next(point for point in kept if point[0] == largest))
+        return self._render(kept) or _EMPTY
 
     @staticmethod
     def _render(points: Sequence[tuple[str, str]]) -> str:
@@ -247,7 +268,7 @@ class LLMSummarizer:
             raise SummarizerError(f"LLM endpoint answered HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise SummarizerError(f"LLM endpoint unreachable: {exc}") from exc
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SummarizerError("LLM endpoint returned invalid JSON") from exc
 
     async def summarize(self, previous: str | None, messages: Sequence[Message]) -> str:
@@ -270,6 +291,14 @@ class LLMSummarizer:
         return text.strip()
 
 
+def _env_number(env: Mapping[str, str], name: str, default: str, kind: type[_N]) -> _N:
+    raw = env.get(name) or default
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"{name} must be a number ({kind.__name__}), got {raw!r}") from exc
+
+
 def summarizer_from_env(env: Mapping[str, str] | None = None) -> Summarizer:
     """``REDISMEM_SUMMARIZER`` = ``keypoints`` (default), ``truncate`` or ``llm``
     (with ``REDISMEM_LLM_BASE_URL``, ``REDISMEM_LLM_MODEL``, ``REDISMEM_LLM_API_KEY``)."""
@@ -278,7 +307,7 @@ def summarizer_from_env(env: Mapping[str, str] | None = None) -> Summarizer:
     if kind == "keypoints":
         return KeyPointsSummarizer()
     if kind == "truncate":
-        return TruncationSummarizer(int(env.get("REDISMEM_SUMMARY_MAX_CHARS", "2000")))
+        return TruncationSummarizer(_env_number(env, "REDISMEM_SUMMARY_MAX_CHARS", "2000", int))
     if kind == "llm":
         base_url = env.get("REDISMEM_LLM_BASE_URL")
         model = env.get("REDISMEM_LLM_MODEL")
@@ -290,6 +319,6 @@ def summarizer_from_env(env: Mapping[str, str] | None = None) -> Summarizer:
             base_url=base_url,
             model=model,
             api_key=env.get("REDISMEM_LLM_API_KEY") or None,
-            timeout=float(env.get("REDISMEM_LLM_TIMEOUT", "30")),
+            timeout=_env_number(env, "REDISMEM_LLM_TIMEOUT", "30", float),
         )
     raise InvalidInput(f"REDISMEM_SUMMARIZER must be keypoints, truncate or llm, got {kind!r}")

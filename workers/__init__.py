@@ -1,1 +1,5 @@
-"""redismem workers: arq settings and jobs for queue-driven summarization (next issue)."""
+"""redismem workers: arq settings and jobs for queue-driven summarization."""
+
+from .settings import WorkerSettings
+
+__all__ = ["WorkerSettings"]

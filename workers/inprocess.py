@@ -1,0 +1,109 @@
+"""An arq worker inside the current process, for the embedded backend.
+
+``memory://`` data lives in one process, so its jobs must run there too.
+``InProcessWorker`` runs the same jobs and settings as the worker processes,
+on an ``ArqRedis`` pool over the embedded server. arq logs the server's
+``INFO`` at start-up, which the embedded backend does not implement; that
+call is made tolerant here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import warnings
+from types import TracebackType
+from typing import Any, Self
+
+import arq.worker
+from arq.connections import log_redis_info
+
+from redismem.config import EMBEDDED_URL
+from redismem.queue import arq_pool
+
+from .settings import WorkerSettings, worker_ctx
+
+__all__ = ["InProcessWorker"]
+
+
+async def _tolerant_redis_info(redis: Any, log_func: Any) -> None:
+    try:
+        await log_redis_info(redis, log_func)
+    except Exception:  # the embedded backend has no INFO
+        log_func("redis info unavailable (embedded backend)")
+
+
+setattr(arq.worker, "log_redis_info", _tolerant_redis_info)  # noqa: B010 - patch a module function
+
+
+class InProcessWorker:
+    """Run summarization jobs in this process: ``async with InProcessWorker(url): ...``."""
+
+    def __init__(
+        self,
+        url: str = EMBEDDED_URL,
+        *,
+        summarizer: Any = None,
+        namespaces: list[str] | None = None,
+        queue_name: str | None = None,
+    ) -> None:
+        self._url = url
+        self._summarizer = summarizer
+        self._namespaces = namespaces
+        self._queue_name = queue_name or WorkerSettings.queue_name
+        self._worker: arq.worker.Worker | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from redismem.queue import SummaryQueue
+
+        ctx = worker_ctx(self._summarizer)
+        ctx.update(
+            memory_url=self._url,
+            queue_url=self._url,
+            queue=SummaryQueue(self._url, queue_name=self._queue_name),
+        )
+        if self._namespaces:
+            ctx["namespaces"] = self._namespaces
+        pool = arq_pool(self._url)
+        self._worker = arq.worker.Worker(
+            functions=WorkerSettings.functions,
+            cron_jobs=WorkerSettings.cron_jobs,
+            on_startup=WorkerSettings.on_startup,
+            on_shutdown=WorkerSettings.on_shutdown,
+            redis_pool=pool,
+            queue_name=self._queue_name,
+            job_serializer=WorkerSettings.job_serializer,
+            job_deserializer=WorkerSettings.job_deserializer,
+            keep_result=0,
+            max_jobs=WorkerSettings.max_jobs,
+            poll_delay=WorkerSettings.poll_delay,
+            handle_signals=False,
+            ctx=ctx,
+        )
+        self._task = asyncio.create_task(self._worker.async_run())
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            with warnings.catch_warnings():
+                # arq's Worker.close() still calls redis-py's deprecated close().
+                warnings.filterwarnings("ignore", "Call to deprecated close", DeprecationWarning)
+                await self._worker.close()
+            self._worker = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
