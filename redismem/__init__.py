@@ -1,7 +1,17 @@
 """redismem: shared, durable, fast memory for fleets of LLM agents, on plain Redis."""
 
+from .agent_memory import (
+    SNAPSHOT_FORMAT,
+    SNAPSHOT_VERSION,
+    AgentMemory,
+    AgentMemoryState,
+    ManageResult,
+    WindowStats,
+)
 from .client import Memory
+from .composite import MERGE_MODES, CompositeMemory, MergeMode, merge_messages
 from .config import MemoryConfig
+from .context_builder import MEMORY_DATA_HEADER, BuiltContext, build_context
 from .errors import (
     ClientClosed,
     CorruptData,
@@ -24,6 +34,7 @@ from .models import (
     Summary,
     ToolCall,
 )
+from .providers import BufferMemory, MemoryProvider, SlidingWindowMemory, SummarizingMemory
 from .strategies import Hybrid, MemoryStrategy, SlidingWindow, StrategyResult, TokenBudget, Turns
 from .summarizers import (
     KeyPointsSummarizer,
@@ -46,7 +57,12 @@ from .tokens import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentMemory",
+    "AgentMemoryState",
+    "BufferMemory",
+    "BuiltContext",
     "ClientClosed",
+    "CompositeMemory",
     "Context",
     "CorruptData",
     "EntryMetadata",
@@ -55,33 +71,45 @@ __all__ = [
     "KeyLayout",
     "KeyPointsSummarizer",
     "LLMSummarizer",
+    "MEMORY_DATA_HEADER",
+    "MERGE_MODES",
     "MESSAGE_OVERHEAD_TOKENS",
+    "ManageResult",
     "Memory",
     "MemoryConfig",
     "MemoryEntry",
+    "MemoryProvider",
     "MemoryStrategy",
+    "MergeMode",
     "Message",
     "MissingDependency",
     "ROLES",
     "RedisMemError",
     "Role",
+    "SNAPSHOT_FORMAT",
+    "SNAPSHOT_VERSION",
     "SessionInfo",
     "SlidingWindow",
+    "SlidingWindowMemory",
     "StoreError",
     "StoreUnavailable",
     "StrategyResult",
     "Summarizer",
     "SummarizerError",
+    "SummarizingMemory",
     "Summary",
     "TokenBudget",
     "Tokenizer",
     "ToolCall",
     "TruncationSummarizer",
     "Turns",
+    "WindowStats",
     "__version__",
+    "build_context",
     "default_tokenizer",
     "estimate_messages_tokens",
     "estimate_tokens",
+    "merge_messages",
     "message_tokens",
     "summarizer_from_env",
     "tiktoken_tokenizer",

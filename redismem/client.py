@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import ValidationError
 from redis.backoff import ExponentialBackoff
@@ -38,6 +38,11 @@ from .queue import SummarizeArgs, SummaryQueue
 from .scripts import ScriptSet
 from .strategies import MemoryStrategy
 from .tokens import estimate_tokens, message_tokens
+
+if TYPE_CHECKING:
+    from .agent_memory import AgentMemory, ManageResult
+    from .context_builder import BuiltContext
+    from .summarizers import Summarizer
 
 __all__ = ["Memory"]
 
@@ -657,6 +662,67 @@ class Memory:
                 )
             )
         return out
+
+    # -- agent-framework helpers (see agent_memory.py and context_builder.py) --
+
+    def agent_memory(
+        self,
+        session_id: str,
+        user_id: str = "default",
+        *,
+        strategy: MemoryStrategy | None = None,
+        summarizer: Summarizer | None = None,
+        auto_manage: bool = False,
+        max_context_tokens: int | None = None,
+        on_managed: Callable[[ManageResult], Any] | None = None,
+        on_manage_error: Callable[[BaseException], Any] | None = None,
+        agent_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> AgentMemory:
+        """A session-level memory object for frameworks that manage memory
+        in-process and persist it here (see ``redismem.agent_memory``)."""
+        from .agent_memory import AgentMemory
+
+        return AgentMemory(
+            self,
+            session_id,
+            user_id,
+            strategy=strategy,
+            summarizer=summarizer,
+            auto_manage=auto_manage,
+            max_context_tokens=max_context_tokens,
+            on_managed=on_managed,
+            on_manage_error=on_manage_error,
+            agent_name=agent_name,
+            tags=tags,
+        )
+
+    async def build_context(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        request: str | Message | Mapping[str, Any],
+        max_tokens: int,
+        history_ratio: float = 0.7,
+        profile: Mapping[str, Any] | str | None = None,
+        notes: Sequence[str | Mapping[str, Any]] | None = None,
+    ) -> BuiltContext:
+        """The read side of the memory loop: request, summary and recent
+        history in the history share, profile and notes (fenced as data from
+        memory) in the rest (see ``redismem.context_builder``)."""
+        from .context_builder import build_context
+
+        return await build_context(
+            self,
+            session_id=session_id,
+            user_id=user_id,
+            request=request,
+            max_tokens=max_tokens,
+            history_ratio=history_ratio,
+            profile=profile,
+            notes=notes,
+        )
 
     # -- deletion ----------------------------------------------------------
 

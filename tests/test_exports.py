@@ -9,7 +9,17 @@ from types import ModuleType
 import pytest
 
 import redismem
-from redismem import errors, models, strategies, summarizers, tokens
+from redismem import (
+    agent_memory,
+    composite,
+    context_builder,
+    errors,
+    models,
+    providers,
+    strategies,
+    summarizers,
+    tokens,
+)
 
 
 def test_every_exported_name_exists():
@@ -40,7 +50,10 @@ def test_errors_are_all_reexported():
         assert getattr(redismem, name) is getattr(errors, name)
 
 
-@pytest.mark.parametrize("module", [models, strategies, summarizers, tokens])
+@pytest.mark.parametrize(
+    "module",
+    [agent_memory, composite, context_builder, models, providers, strategies, summarizers, tokens],
+)
 def test_public_modules_are_all_reexported(module: ModuleType) -> None:
     assert set(module.__all__) - set(redismem.__all__) == set()
     for name in module.__all__:

@@ -1,0 +1,265 @@
+"""Composing providers: several memories read as one, duplicates removed.
+
+``CompositeMemory`` asks several providers and merges their histories with
+``merge_messages``; it writes once per distinct store so that providers over
+the same ``Memory`` do not store every message twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from .client import Memory
+from .errors import InvalidInput
+from .models import MemoryEntry, Message
+from .providers import MemoryProvider, check_limit, check_query
+
+__all__ = [
+    "MERGE_MODES",
+    "CompositeMemory",
+    "MergeMode",
+    "merge_messages",
+]
+
+MergeMode = Literal["interleave", "concat", "priority"]
+MERGE_MODES: tuple[MergeMode, ...] = ("interleave", "concat", "priority")
+
+
+def _message_key(message: Message) -> tuple[Any, ...]:
+    """Messages with equal keys are duplicates of one another."""
+    calls = tuple(
+        (
+            call.id,
+            call.name,
+            call.arguments
+            if isinstance(call.arguments, str)
+            else json.dumps(call.arguments, sort_keys=True, default=str),
+        )
+        for call in message.tool_calls
+    )
+    return (
+        message.id,
+        message.role,
+        message.content,
+        message.name,
+        message.tool_call_id,
+        calls,
+    )
+
+
+def _units(messages: Sequence[Message]) -> list[list[Message]]:
+    """Split a list into atomic units: a tool call with its results, or one message."""
+    units: list[list[Message]] = []
+    in_group = False
+    for message in messages:
+        if in_group and message.role in ("tool", "system"):
+            units[-1].append(message)
+        else:
+            units.append([message])
+            in_group = message.role == "assistant" and bool(message.tool_calls)
+    return units
+
+
+def _write_order(message: Message) -> tuple[int, float, int]:
+    """Sort key of a unit's first message for ``interleave``."""
+    if message.created_at is None:
+        return (0, 0.0, 0) if message.role == "system" else (2, 0.0, 0)
+    seq = int(message.id) if message.id is not None and message.id.isdigit() else 0
+    return (1, message.created_at.timestamp(), seq)
+
+
+def _without_orphans(messages: list[Message]) -> list[Message]:
+    """Drop tool results that do not follow their assistant tool call."""
+    out: list[Message] = []
+    in_group = False
+    for message in messages:
+        if message.role == "tool":
+            if in_group:
+                out.append(message)
+            continue
+        if message.role != "system":
+            in_group = message.role == "assistant" and bool(message.tool_calls)
+        out.append(message)
+    return out
+
+
+def merge_messages(lists: Sequence[Sequence[Message]], merge: MergeMode) -> list[Message]:
+    """Merge what several providers read into one history, without duplicates.
+
+    Two messages are duplicates when they have the same id (or both none) and
+    the same role, content, name, tool_call_id and tool calls; the first in
+    merged order is kept. (Ids are per store, so equal ids holding different
+    messages, from two stores, are both kept.)
+
+    ``concat``
+        Each list in turn, in provider order: the first provider's messages,
+        then the second's that are not duplicates, and so on.
+    ``interleave``
+        One timeline. System messages without a write time (summaries) come
+        first, in provider order; then stored messages by write time
+        (``created_at``, then message id, then provider order); then other
+        messages, in provider order. An assistant tool call and its results
+        move together, so merging never separates them.
+    ``priority``
+        The first non-empty list, alone: later providers are fallbacks.
+
+    In every mode tool results whose call is not right before them are dropped.
+    """
+    if merge not in MERGE_MODES:
+        raise InvalidInput(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+    if merge == "priority":
+        ordered = next((list(found) for found in lists if found), [])
+    elif merge == "concat":
+        ordered = [message for found in lists for message in found]
+    else:
+        tagged = [
+            (_write_order(unit[0]), index, position, unit)
+            for index, found in enumerate(lists)
+            for position, unit in enumerate(_units(found))
+        ]
+        tagged.sort(key=lambda item: (item[0], item[1], item[2]))
+        ordered = [message for *_, unit in tagged for message in unit]
+    seen: set[tuple[Any, ...]] = set()
+    unique: list[Message] = []
+    for message in ordered:
+        key = _message_key(message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(message)
+    return _without_orphans(unique)
+
+
+def _store_key(provider: object) -> tuple[str, str] | None:
+    """The store a provider writes to, when it says (``.memory``); else None."""
+    memory = getattr(provider, "memory", None)
+    if isinstance(memory, Memory):
+        return (memory.config.url, memory.layout.namespace)
+    return None
+
+
+class CompositeMemory:
+    """Several providers read as one (see ``merge_messages`` for ``merge``).
+
+    Reads ask every provider with the same arguments (``priority`` asks them
+    in order and stops at the first that returns messages) and merge what
+    they return. ``limit`` is passed to each provider; the merged history may
+    hold more messages than ``limit``.
+
+    Writes go once to each distinct store: providers over one ``Memory``
+    (same URL and namespace) share a session, and writing through each would
+    store every message twice. The first provider over a store writes for it
+    (put the provider whose writes you want, e.g. ``SummarizingMemory``,
+    first). Providers that do not expose a ``memory`` store are all written.
+    All writes are attempted; the first error is then raised. ``clear`` and
+    ``entries`` follow the same rule.
+    """
+
+    def __init__(
+        self, providers: Sequence[MemoryProvider], merge: MergeMode = "interleave"
+    ) -> None:
+        if isinstance(providers, MemoryProvider) or not isinstance(providers, Sequence):
+            raise InvalidInput("providers must be a list of memory providers")
+        if not providers:
+            raise InvalidInput("CompositeMemory needs at least one provider")
+        for i, provider in enumerate(providers):
+            if not isinstance(provider, MemoryProvider):
+                raise InvalidInput(
+                    f"providers[{i}] is a {type(provider).__name__}, not a MemoryProvider"
+                )
+        if merge not in MERGE_MODES:
+            raise InvalidInput(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+        self.providers: tuple[MemoryProvider, ...] = tuple(providers)
+        self.merge: MergeMode = merge
+
+    def _writers(self) -> list[MemoryProvider]:
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for provider in self.providers:
+            key = _store_key(provider)
+            if key is not None:
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(provider)
+        return out
+
+    async def read(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        limit: int | None = None,
+        query: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Message]:
+        """The providers' histories, merged."""
+        check_query(query)
+        check_limit("limit", limit)
+        kwargs: dict[str, Any] = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "limit": limit,
+            "query": query,
+            "tags": tags,
+        }
+        if self.merge == "priority":
+            for provider in self.providers:
+                found = await provider.read(**kwargs)
+                if found:
+                    return merge_messages([found], "priority")
+            return []
+        lists = await asyncio.gather(*(p.read(**kwargs) for p in self.providers))
+        return merge_messages(lists, self.merge)
+
+    async def write(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        session_id: str,
+        user_id: str = "default",
+        tags: Mapping[str, str] | None = None,
+        agent_name: str | None = None,
+    ) -> MemoryEntry | None:
+        """Write once per distinct store; the first entry returned, in provider order."""
+        if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
+            raise InvalidInput("messages must be a list of Message objects or dicts")
+        batch = list(messages)
+        outcomes = await asyncio.gather(
+            *(
+                p.write(
+                    batch, session_id=session_id, user_id=user_id, tags=tags, agent_name=agent_name
+                )
+                for p in self._writers()
+            ),
+            return_exceptions=True,
+        )
+        entry: MemoryEntry | None = None
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            if entry is None and outcome is not None:
+                entry = outcome
+        return entry
+
+    async def clear(self, *, session_id: str, user_id: str = "default") -> None:
+        """Clear the session once per distinct store."""
+        outcomes = await asyncio.gather(
+            *(p.clear(session_id=session_id, user_id=user_id) for p in self._writers()),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def entries(self, *, session_id: str, user_id: str = "default") -> list[MemoryEntry]:
+        """Every distinct store's entries, in provider order."""
+        found = await asyncio.gather(
+            *(p.entries(session_id=session_id, user_id=user_id) for p in self._writers())
+        )
+        return [entry for entries in found for entry in entries]
+
+    def __repr__(self) -> str:
+        return f"CompositeMemory({list(self.providers)!r}, merge={self.merge!r})"

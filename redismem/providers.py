@@ -1,0 +1,530 @@
+"""Memory providers: the read/write contract agent frameworks plug memory into.
+
+A framework reads a session's history before a run and writes the messages
+the run produced after it. ``MemoryProvider`` is that contract; the ready
+providers below implement it on one ``Memory`` (one Redis, one namespace):
+
+``BufferMemory``
+    The most recent messages, within ``max_messages`` and/or ``max_tokens``.
+``SlidingWindowMemory``
+    The most recent whole turns (``max_turns``), within ``max_tokens``.
+``SummarizingMemory``
+    The running summary (one system message) then the unsummarized recent
+    messages; writes keep the summary up to date, inline or via the workers.
+(``CompositeMemory``, in ``redismem.composite``, reads several as one.)
+
+Rules every ready provider follows:
+
+- Reads never start with a tool result whose call was cut, and never split
+  an assistant tool call from its results (they use ``redismem.strategies``).
+- ``query`` is accepted for providers that search (vector stores); the ready
+  providers do not search and ignore it.
+- System messages are not stored: agents re-inject their instructions on
+  every run. Pass ``store_system=True`` to store them; the default, None,
+  follows the ``Memory``'s ``store_system_messages`` (False unless set).
+- Invalid arguments raise ``InvalidInput``; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .client import SUMMARY_HEADER, Memory, drop_orphan_tool_results, summary_message
+from .connection import redis_errors
+from .errors import InvalidInput, StoreError, StoreUnavailable, SummarizerError
+from .keys import validate_id
+from .models import MemoryEntry, Message
+from .queue import SummarizeArgs
+from .strategies import Hybrid, MemoryStrategy, SlidingWindow, TokenBudget, Turns
+from .summarize import settle_pending, summarize_pass
+from .summarizers import Summarizer
+from .tokens import message_tokens
+
+__all__ = [
+    "BufferMemory",
+    "MemoryProvider",
+    "SlidingWindowMemory",
+    "SummarizingMemory",
+]
+
+logger = logging.getLogger(__name__)
+
+
+#: Most summarization passes one write runs inline (each calls the summarizer once).
+_INLINE_PASSES = 3
+
+
+@runtime_checkable
+class MemoryProvider(Protocol):
+    """What an agent framework needs from memory: read before a run, write after it."""
+
+    async def read(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        limit: int | None = None,
+        query: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Message]:
+        """Prior history to put before the run's messages, oldest first."""
+        ...
+
+    async def write(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        session_id: str,
+        user_id: str = "default",
+        tags: Mapping[str, str] | None = None,
+        agent_name: str | None = None,
+    ) -> MemoryEntry | None:
+        """Persist the messages a run produced."""
+        ...
+
+    async def clear(self, *, session_id: str, user_id: str = "default") -> None:
+        """Forget a session."""
+        ...
+
+    async def entries(self, *, session_id: str, user_id: str = "default") -> list[MemoryEntry]:
+        """The stored entries (one per write), for inspection and debugging."""
+        ...
+
+
+# -- argument checks -------------------------------------------------------------
+
+
+def check_limit(name: str, value: object, *, allow_zero: bool = True) -> int | None:
+    if value is None:
+        return None
+    low = 0 if allow_zero else 1
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidInput(f"{name} must be an int >= {low} or None, got {value!r}")
+    return value
+
+
+def check_query(query: object) -> None:
+    if query is not None and not isinstance(query, str):
+        raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+
+
+def _check_memory(memory: object) -> Memory:
+    if not isinstance(memory, Memory):
+        raise InvalidInput(f"expected a Memory, got {type(memory).__name__}")
+    return memory
+
+
+def _check_store_system(value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInput(f"store_system must be a bool or None, got {value!r}")
+    return value
+
+
+def _check_ids(session_id: object, user_id: object) -> None:
+    validate_id(session_id, "session_id")
+    validate_id(user_id, "user_id")
+
+
+def _min_limit(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def _limits_strategy(max_messages: int | None, max_tokens: int | None) -> MemoryStrategy | None:
+    if max_messages is not None and max_tokens is not None:
+        return Hybrid(max_messages, max_tokens)
+    if max_messages is not None:
+        return SlidingWindow(max_messages)
+    if max_tokens is not None:
+        return TokenBudget(max_tokens)
+    return None
+
+
+def _drop_partial_group_head(messages: list[Message]) -> list[Message]:
+    """Drop the tail of a tool group cut at the start of a windowed read.
+
+    ``Memory.read`` drops leading tool results; a system message between the
+    call and its results may still lead. Leading system and tool messages up
+    to the last tool result among them belong to a group whose call was cut.
+    """
+    cut = 0
+    for position, message in enumerate(messages):
+        if message.role == "tool":
+            cut = position + 1
+        elif message.role != "system":
+            break
+    return messages[cut:]
+
+
+# -- providers on one Memory ------------------------------------------------------
+
+
+class _StoreProvider:
+    """Writes, clears and entries shared by the providers on one ``Memory``."""
+
+    def __init__(self, memory: Memory, *, store_system: bool | None) -> None:
+        self._memory = _check_memory(memory)
+        self._store_system = _check_store_system(store_system)
+
+    @property
+    def memory(self) -> Memory:
+        """The ``Memory`` this provider reads and writes."""
+        return self._memory
+
+    def _summarize_settings(self) -> str:
+        args = self._memory.summarize_args()
+        return args.encode() if args else ""
+
+    async def write(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        session_id: str,
+        user_id: str = "default",
+        tags: Mapping[str, str] | None = None,
+        agent_name: str | None = None,
+    ) -> MemoryEntry:
+        """Append ``messages`` as one entry (system messages skipped unless stored).
+
+        Returns the stored entry; its ``id`` is "" when nothing was stored.
+        """
+        entry, _ = await self._memory._write(
+            messages,
+            session_id=session_id,
+            user_id=user_id,
+            tags=tags,
+            agent_name=agent_name,
+            summarize=self._summarize_settings(),
+            enqueue=True,
+            store_system=self._store_system,
+        )
+        return entry
+
+    async def clear(self, *, session_id: str, user_id: str = "default") -> None:
+        """Delete the session from the store."""
+        await self._memory.clear(session_id=session_id, user_id=user_id)
+
+    async def entries(self, *, session_id: str, user_id: str = "default") -> list[MemoryEntry]:
+        """The session's entries, oldest first (see ``Memory.entries``)."""
+        return await self._memory.entries(session_id=session_id, user_id=user_id)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._memory!r})"
+
+
+class BufferMemory(_StoreProvider):
+    """The most recent messages, within ``max_messages`` and ``max_tokens``.
+
+    Either limit may be None (no limit); with both None a read returns the
+    whole stored session. A read's ``limit`` tightens ``max_messages``.
+    Tool groups are kept or cut whole, so a read may return fewer messages
+    than the limits allow. Reads cost O(returned messages).
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        *,
+        store_system: bool | None = None,
+    ) -> None:
+        super().__init__(memory, store_system=store_system)
+        self.max_messages = check_limit("max_messages", max_messages, allow_zero=False)
+        self.max_tokens = check_limit("max_tokens", max_tokens, allow_zero=False)
+
+    async def read(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        limit: int | None = None,
+        query: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Message]:
+        """The newest stored messages within the limits, oldest first."""
+        check_query(query)
+        count = _min_limit(self.max_messages, check_limit("limit", limit))
+        if count == 0:
+            _check_ids(session_id, user_id)
+            return []
+        # The store's windowed read keeps the newest messages within the limits;
+        # the strategy then cuts the tool group the window boundary split.
+        messages = await self._memory.read(
+            session_id=session_id,
+            user_id=user_id,
+            limit=count,
+            tags=tags,
+            max_tokens=self.max_tokens,
+        )
+        messages = _drop_partial_group_head(messages)
+        strategy = _limits_strategy(count, self.max_tokens)
+        if strategy is None:
+            return messages
+        return strategy.apply(messages, self._memory.config.tokenizer).kept
+
+
+class SlidingWindowMemory(_StoreProvider):
+    """The most recent whole turns: at most ``max_turns``, within ``max_tokens``.
+
+    A turn runs up to an assistant answer (see ``redismem.strategies.Turns``),
+    so tool sequences are never split. Either limit may be None, not both.
+    A read's ``limit`` then caps the messages of the kept turns, cutting whole
+    tool groups. Turns have no fixed size, so a read loads the whole stored
+    session: bound long sessions with the ``Memory``'s ``max_messages``, a TTL
+    or summarization (``SummarizingMemory``).
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        max_tokens: int | None = None,
+        max_turns: int | None = None,
+        *,
+        store_system: bool | None = None,
+    ) -> None:
+        super().__init__(memory, store_system=store_system)
+        self.max_tokens = check_limit("max_tokens", max_tokens, allow_zero=False)
+        self.max_turns = check_limit("max_turns", max_turns, allow_zero=False)
+        if self.max_tokens is None and self.max_turns is None:
+            raise InvalidInput("SlidingWindowMemory needs max_tokens, max_turns or both")
+
+    @property
+    def strategy(self) -> Turns:
+        """The ``Turns`` strategy reads apply."""
+        # Turns needs a turn cap; the number of messages bounds the turns.
+        return Turns(self.max_turns or 2**31 - 1, self.max_tokens)
+
+    async def read(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        limit: int | None = None,
+        query: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Message]:
+        """The newest whole turns within the limits, oldest first."""
+        check_query(query)
+        count = check_limit("limit", limit)
+        if count == 0:
+            _check_ids(session_id, user_id)
+            return []
+        messages = await self._memory.read(session_id=session_id, user_id=user_id, tags=tags)
+        kept = self.strategy.apply(messages, self._memory.config.tokenizer).kept
+        if count is not None:
+            kept = SlidingWindow(count).apply(kept, self._memory.config.tokenizer).kept
+        return kept
+
+
+class SummarizingMemory(_StoreProvider):
+    """The running summary, then the recent messages not yet summarized.
+
+    Writes mark the session due for summarization once ``summarize_every``
+    messages wait beyond the ``recent_messages`` newest ones (which are never
+    summarized). Then:
+
+    - with ``summarizer=None`` the write enqueues a job for the workers
+      (``redismem worker``, or ``InProcessWorker`` for ``memory://``);
+    - with a summarizer, the write summarizes inline before it returns: at
+      most three passes, each one summarizer call and one atomic commit. A
+      failing summarizer does not fail the write (the messages are stored): it
+      is logged, the session stays marked due, and the next write to it (from
+      any process) tries again. A write that does not newly mark the session
+      costs one more round trip, to see whether it is still due.
+
+    The summary is bounded: ``max_summary_tokens`` caps the summary system
+    message a read returns (header included). Inline summaries are cut to fit
+    when written, keeping their most recent text; summaries from the workers
+    are cut at read time.
+
+    A read returns the summary message (if any), then every stored message
+    after it, oldest first: between ``recent_messages`` and about
+    ``recent_messages + summarize_every`` of them once summarization keeps up.
+    A read's ``limit`` caps those recent messages (whole tool groups); the
+    summary comes on top. With ``tags``, the recent messages are those of the
+    entries carrying all the tags.
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        recent_messages: int,
+        summarizer: Summarizer | None = None,
+        summarize_every: int = 20,
+        max_summary_tokens: int = 500,
+        *,
+        store_system: bool | None = None,
+    ) -> None:
+        super().__init__(memory, store_system=store_system)
+        recent = check_limit("recent_messages", recent_messages)
+        every = check_limit("summarize_every", summarize_every, allow_zero=False)
+        budget = check_limit("max_summary_tokens", max_summary_tokens, allow_zero=False)
+        if recent is None or every is None or budget is None:
+            raise InvalidInput("recent_messages, summarize_every and max_summary_tokens are ints")
+        if summarizer is not None and not isinstance(summarizer, Summarizer):
+            raise InvalidInput("summarizer must have an async summarize(previous, messages)")
+        header = message_tokens(
+            Message(role="system", content=f"{SUMMARY_HEADER}\n"), self._memory.config.tokenizer
+        )
+        if budget <= header:
+            raise InvalidInput(
+                f"max_summary_tokens must exceed the summary header's {header} tokens"
+            )
+        self.recent_messages = recent
+        self.summarize_every = every
+        self.max_summary_tokens = budget
+        self._summarizer = summarizer
+        self._bounded = (
+            _BoundedSummarizer(summarizer, self._summary_fits) if summarizer is not None else None
+        )
+
+    @property
+    def summarizer(self) -> Summarizer | None:
+        return self._summarizer
+
+    def _summary_fits(self, text: str) -> bool:
+        note = Message(role="system", content=f"{SUMMARY_HEADER}\n{text}")
+        return message_tokens(note, self._memory.config.tokenizer) <= self.max_summary_tokens
+
+    def _summarize_settings(self) -> str:
+        return SummarizeArgs(
+            namespace=self._memory.layout.namespace,
+            keep_recent=self.recent_messages,
+            batch=self.summarize_every,
+            compact=self._memory.config.compact,
+        ).encode()
+
+    async def write(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        session_id: str,
+        user_id: str = "default",
+        tags: Mapping[str, str] | None = None,
+        agent_name: str | None = None,
+    ) -> MemoryEntry:
+        """Append ``messages`` as one entry, then summarize inline when due."""
+        entry, pending_since = await self._memory._write(
+            messages,
+            session_id=session_id,
+            user_id=user_id,
+            tags=tags,
+            agent_name=agent_name,
+            summarize=self._summarize_settings(),
+            enqueue=self._bounded is None,
+            store_system=self._store_system,
+        )
+        if self._bounded is not None and entry.id and await self._due(entry, pending_since):
+            await self._summarize_inline(self._bounded, entry.user_id, entry.session_id)
+        return entry
+
+    async def _due(self, entry: MemoryEntry, pending_since: int) -> bool:
+        """Whether the session is marked due: newly by this write, or still
+        (an earlier pass failed or was cut short, maybe in another process)."""
+        if pending_since > 0:
+            return True
+        pending = self._memory.layout.pending(entry.user_id)
+        with redis_errors(self._memory.config.url):
+            score = await self._memory.redis.zscore(pending, entry.session_id)
+        return score is not None
+
+    async def _summarize_inline(
+        self, summarizer: Summarizer, user_id: str, session_id: str
+    ) -> None:
+        try:
+            for _ in range(_INLINE_PASSES):
+                outcome = await summarize_pass(
+                    self._memory,
+                    summarizer,
+                    user_id=user_id,
+                    session_id=session_id,
+                    keep_recent=self.recent_messages,
+                    batch=self.summarize_every,
+                    compact=self._memory.config.compact,
+                )
+                if outcome.status in ("idle", "gone"):
+                    # Nothing to summarize yet (e.g. tool results still to come):
+                    # clear the mark, so the write that makes it due marks it anew.
+                    await settle_pending(
+                        self._memory, user_id=user_id, session_id=session_id, seq=outcome.seq
+                    )
+                    return
+                if not outcome.still_pending:
+                    return
+        except (SummarizerError, StoreUnavailable, StoreError) as exc:
+            logger.warning(
+                "inline summarization of session %r failed; the messages are stored and the "
+                "next write retries: %s",
+                session_id,
+                exc,
+            )
+
+    async def read(
+        self,
+        *,
+        session_id: str,
+        user_id: str = "default",
+        limit: int | None = None,
+        query: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Message]:
+        """The summary message (if any), then the unsummarized messages."""
+        check_query(query)
+        count = check_limit("limit", limit)
+        tokenizer = self._memory.config.tokenizer
+        if tags:
+            # Messages first, then the summary: a summary committed in between
+            # covers messages already read, which the watermark filter removes.
+            recent = await self._memory.read(session_id=session_id, user_id=user_id, tags=tags)
+            summary = await self._memory.summary(session_id=session_id, user_id=user_id)
+            if summary is not None:
+                until = int(summary.summarized_until)
+                recent = [m for m in recent if m.id is None or int(m.id) > until]
+                recent = drop_orphan_tool_results(recent)
+        else:
+            context = await self._memory.context(session_id=session_id, user_id=user_id)
+            summary = context.summary
+            recent = context.messages[1:] if summary is not None else context.messages
+        if count is not None:
+            recent = SlidingWindow(count).apply(recent, tokenizer).kept if count else []
+        head: list[Message] = []
+        if summary is not None:
+            note = summary_message(summary, tokenizer, self.max_summary_tokens)
+            if note is not None:
+                head.append(note)
+        return head + recent
+
+
+@dataclass(frozen=True, slots=True)
+class _BoundedSummarizer:
+    """A summarizer whose output is cut, at its start, until ``fits`` accepts it."""
+
+    inner: Summarizer
+    fits: Callable[[str], bool]
+
+    async def summarize(self, previous: str | None, messages: Sequence[Message]) -> str:
+        text = await self.inner.summarize(previous, messages)
+        if not isinstance(text, str) or self.fits(text):
+            return text
+        return _fit_tail(text, self.fits)
+
+
+def _fit_tail(text: str, fits: Callable[[str], bool]) -> str:
+    """The longest suffix of ``text`` that ``fits``, starting at a line when one does."""
+    low, high = 0, len(text)  # text[high:] == "" fits, text[low:] does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(text[middle:]):
+            high = middle
+        else:
+            low = middle
+    kept = text[high:]
+    newline = kept.find("\n")
+    if 0 <= newline < len(kept) - 1 and kept[newline + 1 :].strip():
+        kept = kept[newline + 1 :]
+    return kept
