@@ -294,7 +294,7 @@ class Memory:
         System messages are skipped unless ``store_system_messages``. Returns
         the entry with store-filled ids, timestamps and token counts.
         """
-        entry, _ = await self._write(
+        entry, _, _ = await self._write(
             messages,
             session_id=session_id,
             user_id=user_id,
@@ -316,10 +316,11 @@ class Memory:
         summarize: str,
         enqueue: bool,
         store_system: bool | None = None,
-    ) -> tuple[MemoryEntry, int]:
+    ) -> tuple[MemoryEntry, int, bool]:
         """``write`` with the summarization settings (``SummarizeArgs.encode()``,
-        "" for none) chosen by the caller; returns the entry and the
-        pending-since time when the write made the session newly due."""
+        "" for none) chosen by the caller. Returns the entry, the pending-since
+        time when the write made the session newly due (else 0), and whether
+        the session is marked due at all."""
         sid, uid, keys = self._keys(session_id, user_id)
         tag_map = _check_tags(tags)
         if agent_name is not None and not isinstance(agent_name, str):
@@ -331,15 +332,19 @@ class Memory:
             store_system = self._config.store_system_messages
         to_store = [m for m in incoming if m.role != "system" or store_system]
         if not to_store:
-            return MemoryEntry(
-                id="",
-                session_id=sid,
-                user_id=uid,
-                messages=[],
-                metadata=EntryMetadata(
-                    created_at=datetime.now(UTC), agent_name=agent_name, tags=tag_map
+            return (
+                MemoryEntry(
+                    id="",
+                    session_id=sid,
+                    user_id=uid,
+                    messages=[],
+                    metadata=EntryMetadata(
+                        created_at=datetime.now(UTC), agent_name=agent_name, tags=tag_map
+                    ),
                 ),
-            ), 0
+                0,
+                False,
+            )
         counts = [self._count_tokens(m) for m in to_store]
         encoded = []
         for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
@@ -365,9 +370,14 @@ class Memory:
             *encoded,
         ]
         with self._errors():
-            first_seq, created_ms, _stored, _trimmed, pending_since = await self._scripts.write(
-                keys=keys.script_keys(), args=args
-            )
+            (
+                first_seq,
+                created_ms,
+                _stored,
+                _trimmed,
+                pending_since,
+                pending,
+            ) = await self._scripts.write(keys=keys.script_keys(), args=args)
         if pending_since and enqueue:
             await self._enqueue_summary(uid, sid, pending_since, summarize)
         created = codec.ms_to_datetime(created_ms)
@@ -395,7 +405,7 @@ class Memory:
             ),
         )
         await self._call_hook("on_write", sid, uid, stored)
-        return entry, pending_since
+        return entry, pending_since, bool(pending)
 
     def summarize_args(self) -> SummarizeArgs | None:
         """The settings a summarization job runs with, or None when summarization is off."""

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .client import SUMMARY_HEADER, Memory, drop_orphan_tool_results, summary_message
-from .connection import redis_errors
 from .errors import InvalidInput, StoreError, StoreUnavailable, SummarizerError
 from .keys import validate_id
 from .models import MemoryEntry, Message
@@ -192,7 +191,7 @@ class _StoreProvider:
 
         Returns the stored entry; its ``id`` is "" when nothing was stored.
         """
-        entry, _ = await self._memory._write(
+        entry, _, _ = await self._memory._write(
             messages,
             session_id=session_id,
             user_id=user_id,
@@ -409,7 +408,7 @@ class SummarizingMemory(_StoreProvider):
         agent_name: str | None = None,
     ) -> MemoryEntry:
         """Append ``messages`` as one entry, then summarize inline when due."""
-        entry, pending_since = await self._memory._write(
+        entry, _, pending = await self._memory._write(
             messages,
             session_id=session_id,
             user_id=user_id,
@@ -419,19 +418,11 @@ class SummarizingMemory(_StoreProvider):
             enqueue=self._bounded is None,
             store_system=self._store_system,
         )
-        if self._bounded is not None and entry.id and await self._due(entry, pending_since):
+        # Marked due newly by this write, or still (an earlier pass failed or
+        # was cut short, maybe in another process): the write script says which.
+        if self._bounded is not None and entry.id and pending:
             await self._summarize_inline(self._bounded, entry.user_id, entry.session_id)
         return entry
-
-    async def _due(self, entry: MemoryEntry, pending_since: int) -> bool:
-        """Whether the session is marked due: newly by this write, or still
-        (an earlier pass failed or was cut short, maybe in another process)."""
-        if pending_since > 0:
-            return True
-        pending = self._memory.layout.pending(entry.user_id)
-        with redis_errors(self._memory.config.url):
-            score = await self._memory.redis.zscore(pending, entry.session_id)
-        return score is not None
 
     async def _summarize_inline(
         self, summarizer: Summarizer, user_id: str, session_id: str

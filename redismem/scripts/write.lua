@@ -10,8 +10,9 @@
 -- ARGV[7]      T, the number of tag pairs; ARGV[8 .. 7+2T] tag keys and values
 -- ARGV[8+2T..] the encoded messages, oldest first
 -- Returns {first_seq, created_ms, messages stored in the session, trimmed,
---          pending_since}: pending_since > 0 when this write made the session
---          newly pending summarization (the caller then enqueues its job).
+--          pending_since, pending}: pending_since > 0 when this write made the
+--          session newly pending summarization (the caller then enqueues its
+--          job); pending is 1 while the session is marked pending at all.
 local ttl = tonumber(ARGV[1])
 local max_messages = tonumber(ARGV[2])
 local sid = ARGV[3]
@@ -54,4 +55,6 @@ end
 local pending_since = mark_pending(last, len, ARGV[6], now, sid)
 
 touch_session(ttl, now, sid)
-return {first, now, len, trimmed, pending_since}
+local pending = 0
+if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[8], sid) then pending = 1 end
+return {first, now, len, trimmed, pending_since, pending}
