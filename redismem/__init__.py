@@ -11,7 +11,7 @@ from .agent_memory import (
 from .client import Memory
 from .composite import MERGE_MODES, CompositeMemory, MergeMode, merge_messages
 from .config import MemoryConfig
-from .context_builder import MEMORY_DATA_HEADER, BuiltContext, build_context
+from .context_builder import BuiltContext, build_context
 from .errors import (
     ClientClosed,
     CorruptData,
@@ -22,6 +22,7 @@ from .errors import (
     StoreUnavailable,
     SummarizerError,
 )
+from .fencing import MEMORY_DATA_HEADER, fence, unfence
 from .keys import KeyLayout
 from .models import (
     ROLES,
@@ -109,9 +110,11 @@ __all__ = [
     "default_tokenizer",
     "estimate_messages_tokens",
     "estimate_tokens",
+    "fence",
     "merge_messages",
     "message_tokens",
     "summarizer_from_env",
     "tiktoken_tokenizer",
     "trim_to_token_budget",
+    "unfence",
 ]

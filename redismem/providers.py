@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .client import SUMMARY_HEADER, Memory, drop_orphan_tool_results, summary_message
+from .client import Memory, drop_orphan_tool_results, render_summary, summary_message
 from .errors import InvalidInput, StoreError, StoreUnavailable, SummarizerError
 from .keys import validate_id
 from .models import MemoryEntry, Message
@@ -367,9 +367,7 @@ class SummarizingMemory(_StoreProvider):
             raise InvalidInput("recent_messages, summarize_every and max_summary_tokens are ints")
         if summarizer is not None and not isinstance(summarizer, Summarizer):
             raise InvalidInput("summarizer must have an async summarize(previous, messages)")
-        header = message_tokens(
-            Message(role="system", content=f"{SUMMARY_HEADER}\n"), self._memory.config.tokenizer
-        )
+        header = message_tokens(render_summary(""), self._memory.config.tokenizer)
         if budget <= header:
             raise InvalidInput(
                 f"max_summary_tokens must exceed the summary header's {header} tokens"
@@ -387,7 +385,7 @@ class SummarizingMemory(_StoreProvider):
         return self._summarizer
 
     def _summary_fits(self, text: str) -> bool:
-        note = Message(role="system", content=f"{SUMMARY_HEADER}\n{text}")
+        note = render_summary(text)
         return message_tokens(note, self._memory.config.tokenizer) <= self.max_summary_tokens
 
     def _summarize_settings(self) -> str:

@@ -22,6 +22,8 @@ from redismem.agent_memory import (
     AgentMemoryState,
     ManageResult,
 )
+from redismem.client import SUMMARY_LABEL
+from redismem.fencing import unfence
 from redismem.providers import SummarizingMemory
 from redismem.strategies import Hybrid, SlidingWindow, TokenBudget
 from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
@@ -244,7 +246,8 @@ async def test_manage_folds_dropped_messages_into_the_stored_summary(
     # Compaction: the store keeps what the window keeps.
     assert [m.id for m in await memory.read(session_id="s")] == [m.id for m in am.state().messages]
     context = am.get_context_messages()
-    assert context[0].role == "system" and result.summary and result.summary in context[0].content
+    assert context[0].role == "system" and result.summary
+    assert unfence(context[0].content) == {SUMMARY_LABEL: result.summary}
     assert context[1:] == am.state().messages
     assert am.state().summaries == [result.summary]
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, Memory, Message, ToolCall
-from redismem.context_builder import MEMORY_DATA_HEADER, BuiltContext, build_context
+from redismem.context_builder import BuiltContext, build_context
+from redismem.fencing import MEMORY_DATA_HEADER
 from redismem.providers import SummarizingMemory
 from redismem.summarizers import KeyPointsSummarizer
 from redismem.tokens import message_tokens
@@ -206,12 +207,20 @@ async def test_remembered_text_stays_inside_the_fence(mem: Memory, attack: str) 
     ) * (3 + 1)
 
 
-async def test_every_call_uses_a_new_fence_marker(mem: Memory) -> None:
+async def test_the_fence_marker_follows_the_data_and_never_occurs_in_it(mem: Memory) -> None:
+    # The same memory renders the same prompt (prompt caches keep working);
+    # other memory gets another marker, which none of the data contains.
+    first = await mem.build_context(session_id="s", request="hi", max_tokens=500, notes=["n"])
+    again = await mem.build_context(session_id="s", request="hi", max_tokens=500, notes=["n"])
+    assert fenced(first)[1] == fenced(again)[1]
     markers = set()
-    for _ in range(5):
-        built = await mem.build_context(session_id="s", request="hi", max_tokens=500, notes=["n"])
-        markers.add(fenced(built)[1])
-    assert len(markers) == 5
+    for note in ["n", "m", *INJECTIONS]:
+        built = await mem.build_context(session_id="s", request="hi", max_tokens=2000, notes=[note])
+        lines, begin, _ = fenced(built)
+        marker = begin.removeprefix("BEGIN MEMORY DATA ")
+        assert not any(marker in line for line in lines)
+        markers.add(marker)
+    assert len(markers) == 2 + len(INJECTIONS)
 
 
 # -- dropping ----------------------------------------------------------------------

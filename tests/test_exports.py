@@ -14,6 +14,7 @@ from redismem import (
     composite,
     context_builder,
     errors,
+    fencing,
     models,
     providers,
     strategies,
@@ -52,7 +53,17 @@ def test_errors_are_all_reexported():
 
 @pytest.mark.parametrize(
     "module",
-    [agent_memory, composite, context_builder, models, providers, strategies, summarizers, tokens],
+    [
+        agent_memory,
+        composite,
+        context_builder,
+        fencing,
+        models,
+        providers,
+        strategies,
+        summarizers,
+        tokens,
+    ],
 )
 def test_public_modules_are_all_reexported(module: ModuleType) -> None:
     assert set(module.__all__) - set(redismem.__all__) == set()

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, Memory, Message, ToolCall
-from redismem.client import SUMMARY_HEADER
 from redismem.composite import MERGE_MODES, CompositeMemory, merge_messages
+from redismem.fencing import MEMORY_DATA_HEADER
 from redismem.models import MemoryEntry
 from redismem.providers import (
     BufferMemory,
@@ -364,7 +364,7 @@ async def test_summarizing_memory_summarizes_inline_and_bounds_the_summary(
     history = await provider.read(session_id="s")
     note, recent = history[0], history[1:]
     assert note.role == "system" and note.id is None
-    assert note.content.startswith(SUMMARY_HEADER)
+    assert note.content.startswith(MEMORY_DATA_HEADER)
     assert message_tokens(note, memory.config.tokenizer) <= 80
     # The stored summary itself was cut to fit when written.
     summary = await memory.summary(session_id="s")

@@ -13,8 +13,9 @@ from helpers import assistant, snapshot, tool_call, tool_result, user
 from worker_support import assert_invariant, dialogue, session_state
 
 from redismem import Memory, Message
-from redismem.client import SUMMARY_HEADER
+from redismem.client import SUMMARY_LABEL
 from redismem.errors import SummarizerError
+from redismem.fencing import MEMORY_DATA_HEADER, unfence
 from redismem.summarize import MAX_SUMMARY_CHARS, split_at_tool_boundary, summarize_pass
 from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
 
@@ -439,7 +440,8 @@ async def test_context_puts_summary_first_within_budget(make_memory: Any) -> Non
     full = await memory.context(session_id=SID)
     head, *recent = full.messages
     assert head.role == "system"
-    assert head.content == f"{SUMMARY_HEADER}\n{long_summary}"
+    assert head.content.startswith(MEMORY_DATA_HEADER)
+    assert unfence(head.content) == {SUMMARY_LABEL: long_summary}
     assert head.metadata == {"redismem": "summary"}
     assert contents(recent) == recent_contents
     assert full.summary is not None and full.summary.message_count == 30
@@ -452,8 +454,8 @@ async def test_context_puts_summary_first_within_budget(make_memory: Any) -> Non
         assert context.summary is not None  # the Summary object is returned whole
         rest = context.messages
         if rest and rest[0].role == "system":
-            assert rest[0].content.startswith(SUMMARY_HEADER)
-            assert long_summary.startswith(rest[0].content[len(SUMMARY_HEADER) + 1 :])
+            assert rest[0].content.startswith(MEMORY_DATA_HEADER)
+            assert long_summary.startswith(unfence(rest[0].content)[SUMMARY_LABEL])
             rest = rest[1:]
         # The recent part is a suffix of the unsummarized messages, oldest first.
         assert contents(rest) == recent_contents[len(recent_contents) - len(rest) :]
