@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from statistics import median
 from typing import Any
+
+from redismem.localserver import LocalRedis, redis_server_binary
 
 __all__ = ["conversation", "median", "percentile", "throwaway_redis", "turns"]
 
@@ -22,61 +18,17 @@ __all__ = ["conversation", "median", "percentile", "throwaway_redis", "turns"]
 # -- a throwaway redis-server ----------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
 @contextmanager
 def throwaway_redis() -> Iterator[str]:
-    """Start ``redis-server`` on a free loopback port, without persistence;
-    yield its URL; stop it and remove its directory afterwards."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+    """``redismem.localserver.LocalRedis`` as a context manager yielding its URL,
+    with a hint when there is no server binary."""
+    if redis_server_binary() is None:
         raise SystemExit(
             "redis-server is not on PATH: run `bash scripts/setup` as root (it installs it), "
             "or pass --url redis://host:port/db"
         )
-    workdir = tempfile.mkdtemp(prefix="redismem-bench-")
-    port = _free_port()
-    options = {
-        "--port": str(port),
-        "--bind": "127.0.0.1",
-        "--save": "",
-        "--appendonly": "no",
-        "--dir": workdir,
-        "--logfile": os.path.join(workdir, "redis.log"),
-    }
-    proc = subprocess.Popen(
-        [binary, *(part for pair in options.items() for part in pair)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while not _ping(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"redis-server did not start; see {workdir}/redis.log")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with LocalRedis.start() as server:
+        yield server.url
 
 
 # -- realistic messages --------------------------------------------------------
