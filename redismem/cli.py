@@ -18,6 +18,7 @@ from typing import Any
 from .client import Memory
 from .config import EMBEDDED_URL
 from .errors import RedisMemError
+from .models import Message
 from .queue import QueueStats
 
 __all__ = ["main"]
@@ -38,6 +39,14 @@ def _ago(moment: datetime | None) -> str:
         return "-"
     seconds = (datetime.now(UTC) - moment).total_seconds()
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}min ago"
+
+
+def _preview(message: Message) -> str:
+    text = message.content
+    if message.tool_calls:
+        text = f"{text} [calls {', '.join(c.name for c in message.tool_calls)}]".strip()
+    text = " ".join(text.split())
+    return text if len(text) <= 70 else text[:69] + "…"
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -138,7 +147,7 @@ async def _inspect(args: argparse.Namespace) -> int:
     print(f"\nlast {len(messages)} messages")
     print(
         _table(
-            [(m.id, m.role, (m.content or "")[:70].replace("\n", " ")) for m in messages],
+            [(m.id, m.role, _preview(m)) for m in messages],
             ["id", "role", "content"],
         )
     )

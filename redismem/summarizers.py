@@ -78,7 +78,8 @@ class TruncationSummarizer:
         return cut[newline + 1 :] if 0 <= newline < len(cut) - 1 else cut
 
 
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+#: Sentence ends: . ! or ? followed by white space, or a line break ("3.11" stays whole).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _REQUEST = re.compile(
     r"^(please|can you|could you|would you|i need|i want|i'd like|help me|make|create|find|"
     r"show|tell me|book|send|write|fix|add|remove|update|schedule|remind)\b",
@@ -134,7 +135,7 @@ class KeyPointsSummarizer:
             name = message.name or message.tool_call_id or "tool"
             found.append(("Tool outcomes", self._clip(f"{name}: {message.content}")))
             return found
-        for raw in _SENTENCE.findall(message.content):
+        for raw in _SENTENCE_END.split(message.content):
             sentence = raw.strip()
             if len(sentence) < 3:
                 continue

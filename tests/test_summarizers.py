@@ -454,3 +454,10 @@ def test_from_env_invalid(env: dict[str, str]) -> None:
 def test_from_env_non_numeric_names_the_variable(env: dict[str, str]) -> None:
     with pytest.raises(InvalidInput, match="REDISMEM_"):
         summarizer_from_env(env)
+
+
+async def test_keypoints_keeps_numbers_with_dots_in_one_sentence() -> None:
+    text = "I use Python 3.11 and redis 7.0.15 on Debian. Can you pin msgpack 1.1?"
+    summary = await KeyPointsSummarizer().summarize(None, [Message(role="user", content=text)])
+    assert "- user: I use Python 3.11 and redis 7.0.15 on Debian." in summary.splitlines()
+    assert "- user asked: Can you pin msgpack 1.1?" in summary.splitlines()
