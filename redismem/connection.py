@@ -90,6 +90,9 @@ def redis_errors(url: str) -> Iterator[None]:
     """Re-raise redis-py errors as redismem errors, keeping the cause."""
     try:
         yield
+    except (rexc.AuthenticationError, rexc.AuthorizationError) as exc:
+        # A connection error in redis-py, but retrying cannot fix credentials.
+        raise StoreError(f"Redis at {describe_url(url)} refused the credentials: {exc}") from exc
     except (rexc.ConnectionError, rexc.TimeoutError, ConnectionError, TimeoutError) as exc:
         raise StoreUnavailable(f"Redis at {describe_url(url)} is unavailable: {exc}") from exc
     except rexc.RedisError as exc:

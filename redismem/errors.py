@@ -5,7 +5,8 @@ Exception tree::
     RedisMemError
     ├── InvalidInput        (also ValueError)  bad arguments; nothing was written
     ├── StoreUnavailable    Redis could not be reached after retries with backoff
-    ├── StoreError          Redis answered with an error (wrong type, out of memory, ...)
+    ├── StoreError          Redis answered with an error (wrong type, out of memory,
+    │                       refused credentials, ...)
     ├── CorruptData         a stored value failed to decode; names the key
     ├── ClientClosed        the Memory was used after ``aclose()``
     ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
