@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,15 @@ def _answers_ping(port: int) -> bool:
         return False
 
 
+def _asks_for_password(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"-NOAUTH")
+    except OSError:
+        return False
+
+
 @dataclass
 class RedisServer:
     """A ``redis-server`` process started by the tests."""
@@ -60,6 +69,7 @@ class RedisServer:
     process: subprocess.Popen[bytes]
     port: int
     directory: Path
+    extra_args: Sequence[str] = ()
 
     @property
     def url(self) -> str:
@@ -71,8 +81,23 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the server stalls with its connections open."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Start the server again on the same port, directory and arguments
+        (with ``--appendonly yes`` it reloads its data from the AOF)."""
+        self.stop()
+        again = start_redis_server(self.directory, port=self.port, extra_args=self.extra_args)
+        self.process = again.process
+
     def stop(self) -> None:
         if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)
@@ -80,9 +105,16 @@ class RedisServer:
                 self.kill()
 
 
-def start_redis_server(directory: Path, attempts: int = 3, port: int | None = None) -> RedisServer:
+def start_redis_server(
+    directory: Path,
+    attempts: int = 3,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+) -> RedisServer:
     """Start ``redis-server`` without persistence on ``port`` (default: a free
-    one); wait until it answers PING."""
+    one); wait until it answers PING. ``extra_args`` are appended to the
+    command line (e.g. ``("--appendonly", "yes")`` or ``("--requirepass", "pw")``)
+    and win over the defaults."""
     assert REDIS_BIN is not None, NO_SERVER
     directory.mkdir(parents=True, exist_ok=True)
     last_log = ""
@@ -106,6 +138,7 @@ def start_redis_server(directory: Path, attempts: int = 3, port: int | None = No
                     str(directory),
                     "--daemonize",
                     "no",
+                    *extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -113,10 +146,10 @@ def start_redis_server(directory: Path, attempts: int = 3, port: int | None = No
             )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and process.poll() is None:
-            if _answers_ping(port):
-                return RedisServer(process, port, directory)
+            if _answers_ping(port) or _asks_for_password(port):
+                return RedisServer(process, port, directory, tuple(extra_args))
             time.sleep(0.02)
-        server = RedisServer(process, port, directory)
+        server = RedisServer(process, port, directory, tuple(extra_args))
         server.stop()
         last_log = log_path.read_text(errors="replace")[-2000:]
     pytest.fail(f"redis-server did not start in {directory}:\n{last_log}", pytrace=False)
@@ -154,8 +187,10 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]
         pytest.fail(NO_SERVER, pytrace=False)
     started: list[RedisServer] = []
 
-    def start(port: int | None = None) -> RedisServer:
-        server = start_redis_server(tmp_path / f"extra-{len(started)}", port=port)
+    def start(port: int | None = None, extra_args: Sequence[str] = ()) -> RedisServer:
+        server = start_redis_server(
+            tmp_path / f"extra-{len(started)}", port=port, extra_args=extra_args
+        )
         started.append(server)
         return server
 
