@@ -19,6 +19,7 @@ from .errors import (
     MissingDependency,
     RedisMemError,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     SummarizerError,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "SlidingWindow",
     "SlidingWindowMemory",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "StrategyResult",
     "Summarizer",

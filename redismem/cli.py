@@ -1,7 +1,8 @@
-"""The ``redismem`` command: demo, worker, stats, inspect.
+"""The ``redismem`` command: demo, worker, stats, sessions, inspect.
 
 Thin by design: each subcommand parses arguments and calls the library.
-Logging is configured here, never in the library.
+Logging is configured here, never in the library. Errors end the command with
+one line, ``redismem: <what> (hint: <what to do>)``, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,17 +12,36 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import redis.exceptions as rexc
+
 from .client import Memory
-from .config import EMBEDDED_URL
-from .errors import RedisMemError
+from .errors import (
+    InvalidInput,
+    MissingDependency,
+    RedisMemError,
+    StoreError,
+    StoreUnavailable,
+)
 from .models import Message
 from .queue import QueueStats
 
 __all__ = ["main"]
+
+
+class CliError(Exception):
+    """A usage problem the user can fix; ``hint`` says how."""
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(what)
+        self.hint = hint
+
+
+# -- output helpers --------------------------------------------------------
 
 
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
@@ -41,6 +61,13 @@ def _ago(moment: datetime | None) -> str:
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}min ago"
 
 
+def _until(moment: datetime | None) -> str:
+    if moment is None:
+        return "never"
+    seconds = (moment - datetime.now(UTC)).total_seconds()
+    return f"in {seconds:.0f}s" if seconds < 120 else f"in {seconds / 60:.0f}min"
+
+
 def _preview(message: Message) -> str:
     text = message.content
     if message.tool_calls:
@@ -49,36 +76,83 @@ def _preview(message: Message) -> str:
     return text if len(text) <= 70 else text[:69] + "…"
 
 
-def _url(args: argparse.Namespace) -> str:
-    return str(args.url or os.environ.get("REDISMEM_URL") or EMBEDDED_URL)
+# -- configuration ---------------------------------------------------------
+
+
+def _memory_url(args: argparse.Namespace) -> str:
+    url = str(args.url or os.environ.get("REDISMEM_URL") or "")
+    source = "--url" if args.url else "REDISMEM_URL"
+    if not url:
+        raise CliError(
+            "no Redis URL given",
+            "set REDISMEM_URL or pass --url redis://HOST:6379/0",
+        )
+    return _check_url(url, source)
+
+
+def _queue_url(args: argparse.Namespace) -> str:
+    url = str(getattr(args, "queue_url", None) or os.environ.get("REDISMEM_QUEUE_URL") or "")
+    if not url:
+        return _memory_url(args)
+    source = "--queue-url" if getattr(args, "queue_url", None) else "REDISMEM_QUEUE_URL"
+    return _check_url(url, source)
+
+
+def _check_url(url: str, source: str) -> str:
+    from workers.settings import check_url
+
+    try:
+        return check_url(url, source)
+    except InvalidInput as exc:
+        hint = f"point {source} at a Redis server, e.g. redis://HOST:6379/0"
+        raise CliError(str(exc), hint) from None
 
 
 def _namespace(args: argparse.Namespace) -> str:
     return str(args.namespace or os.environ.get("REDISMEM_NAMESPACE") or "redismem")
 
 
+def _version() -> str:
+    try:
+        return version("redismem")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled checkout
+        return "unknown"
+
+
+# -- commands --------------------------------------------------------------
+
+
 async def _stats(args: argparse.Namespace) -> int:
+    from workers.settings import queue_name as configured_queue_name
+    from workers.settings import worker_health
+
     from .queue import arq_pool
 
-    queue_url = os.environ.get("REDISMEM_QUEUE_URL") or _url(args)
-    queue_name = os.environ.get("REDISMEM_QUEUE_NAME") or "redismem:queue"
-    async with await Memory.connect(_url(args), namespace=_namespace(args)) as memory:
+    queue_url = _queue_url(args)
+    queue_name = configured_queue_name()
+    async with await Memory.connect(_memory_url(args), namespace=_namespace(args)) as memory:
         pool = arq_pool(queue_url)
         try:
-            snapshot = await QueueStats(pool, memory.layout).snapshot()
+            snapshot = await QueueStats(pool, memory.layout, queue_url).snapshot()
             queued = await pool.zcard(queue_name)
-            health = await pool.get(queue_name + ":health-check")
         finally:
             await pool.aclose()
         pending = 0
         async for key in memory.redis.scan_iter(match=memory.layout.pending_pattern(), count=1000):
             pending += await memory.redis.zcard(key)
+    health = await worker_health(queue_url, queue_name)
     counters = snapshot["counters"]
     lags = snapshot["lag_ms"]
 
     def pct(q: float) -> str:
         return f"{lags[min(len(lags) - 1, int(q * len(lags)))]} ms" if lags else "-"
 
+    stale = [h.name for h in health if not h.healthy]
+    if not health:
+        workers = "no worker seen"
+    else:
+        workers = f"{len(health) - len(stale)} of {len(health)} healthy"
+        workers += f" (stale: {', '.join(stale)})" if stale else ""
     print(f"namespace {memory.layout.namespace}  queue {queue_name}")
     rows = [
         ("summarization jobs run", counters.get("jobs", 0)),
@@ -90,7 +164,7 @@ async def _stats(args: argparse.Namespace) -> int:
         ("sessions pending now", pending),
         ("jobs queued now", queued),
         ("summarization lag p50 / p95", f"{pct(0.5)} / {pct(0.95)}"),
-        ("worker health", health.decode() if health else "no healthy worker seen"),
+        ("workers", workers),
     ]
     print(_table(rows, ["metric", "value"]))
     if snapshot["failures"]:
@@ -109,15 +183,43 @@ async def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _sessions(args: argparse.Namespace) -> int:
+    namespace = _namespace(args)
+    async with await Memory.connect(
+        _memory_url(args), namespace=namespace, refresh_ttl_on_read=False
+    ) as memory:
+        sessions = await memory.sessions(user_id=args.user)
+    if not sessions:
+        print(f"no live sessions for user {args.user!r} in namespace {namespace!r}")
+        return 0
+    rows = [
+        (
+            s.session_id,
+            s.message_count,
+            s.token_count,
+            ", ".join(f"{k}={v}" for k, v in s.tags.items()) or "-",
+            _ago(s.accessed_at),
+            _until(s.expires_at),
+        )
+        for s in sessions
+    ]
+    print(_table(rows, ["session", "messages", "tokens", "tags", "last access", "expires"]))
+    print(f"\nredismem inspect SESSION --user {args.user} shows one of them")
+    return 0
+
+
 async def _inspect(args: argparse.Namespace) -> int:
     async with await Memory.connect(
-        _url(args), namespace=_namespace(args), refresh_ttl_on_read=False
+        _memory_url(args), namespace=_namespace(args), refresh_ttl_on_read=False
     ) as memory:
         found = [
             s for s in await memory.sessions(user_id=args.user) if s.session_id == args.session
         ]
         if not found:
-            print(f"no live session {args.session!r} for user {args.user!r}")
+            print(
+                f"no live session {args.session!r} for user {args.user!r} "
+                f"(redismem sessions --user {args.user} lists them)"
+            )
             return 1
         info = found[0]
         keys = memory.layout.session(args.user, args.session)
@@ -155,13 +257,29 @@ async def _inspect(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from arq.worker import check_health, run_worker
+    from workers import settings
 
-    from workers import WorkerSettings
-
-    if args.check:
-        return check_health(WorkerSettings)  # type: ignore[arg-type]
-    run_worker(WorkerSettings)  # type: ignore[arg-type]
+    if args.check is not None:
+        name = args.check or args.name
+        queue = settings.queue_name()
+        health = asyncio.run(settings.worker_health(_queue_url(args), queue, name or None))
+        if not health:
+            print(f"no worker seen on queue {queue!r} in the last {settings.FORGET_S} s")
+            return 1
+        for worker in health:
+            print(worker.describe())
+        return 0 if all(w.healthy for w in health) else 1
+    if args.wait < 0:
+        raise CliError(f"--wait must be >= 0, got {args.wait:g}", "pass seconds, e.g. --wait 30")
+    asyncio.run(
+        settings.serve(
+            url=_memory_url(args),
+            queue=_queue_url(args),
+            name=args.name or settings.worker_name(),
+            burst=args.burst,
+            wait=args.wait,
+        )
+    )
     return 0
 
 
@@ -181,10 +299,51 @@ def _demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(options))
 
 
+# -- parsing ---------------------------------------------------------------
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_connection_args(cmd: argparse.ArgumentParser, namespace: bool = True) -> None:
+    cmd.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
+    cmd.add_argument(
+        "--queue-url", help="queue Redis URL (default $REDISMEM_QUEUE_URL, else the memory URL)"
+    )
+    if namespace:
+        cmd.add_argument("--namespace", help="namespace (default $REDISMEM_NAMESPACE or redismem)")
+
+
+def _add_verbose(cmd: argparse.ArgumentParser, helptext: str) -> None:
+    cmd.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=helptext
+    )
+
+
+def _worker_environment() -> str:
+    try:
+        from workers.settings import ENVIRONMENT
+    except Exception as exc:  # e.g. a local ``workers`` module shadows ours
+        return f"environment: see workers/settings.py (cannot import it here: {exc})"
+    return ENVIRONMENT
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="redismem", description="shared memory for fleets of LLM agents"
     )
+    parser.add_argument("--version", action="version", version=f"redismem {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -194,51 +353,119 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--url", help="Redis URL (default: $REDISMEM_URL, else a throwaway redis-server)"
     )
-    demo.add_argument("--agents", type=int, default=4, help="agent processes (default 4)")
-    demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    demo.add_argument("--sessions", type=int, default=6, help="shared sessions (default 6)")
+    demo.add_argument("--agents", type=_positive(int), default=4, help="agent processes (4)")
+    demo.add_argument("--workers", type=_positive(int), default=2, help="worker processes (2)")
+    demo.add_argument("--sessions", type=_positive(int), default=6, help="shared sessions (6)")
     demo.add_argument(
-        "--duration", type=float, default=20.0, help="seconds of agent traffic (default 20)"
+        "--duration", type=_positive(float), default=20.0, help="seconds of agent traffic (20)"
     )
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--summarizer", default="keypoints", choices=["keypoints", "truncate", "llm"])
     demo.add_argument("--keep", action="store_true", help="keep the demo's data afterwards")
+    _add_verbose(demo, "log at INFO level")
     demo.set_defaults(run=_demo)
 
-    worker = sub.add_parser("worker", help="run a summarization worker (arq), configured from env")
-    worker.add_argument(
-        "--check", action="store_true", help="exit non-zero unless a healthy worker is seen"
+    worker = sub.add_parser(
+        "worker",
+        help="run a summarization worker (arq), configured from the environment",
+        description="Run a summarization worker until SIGTERM or SIGINT. It rides out Redis "
+        "restarts and failovers; run it under a supervisor all the same.",
+        epilog=_worker_environment(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_connection_args(worker, namespace=False)
+    worker.add_argument(
+        "--name",
+        help="this worker's name in health checks (default $REDISMEM_WORKER_NAME, else HOST-PID)",
+    )
+    worker.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="report the health of every worker of the queue (or of worker NAME) and exit "
+        "non-zero if one is stale or none is seen",
+    )
+    worker.add_argument(
+        "--burst", action="store_true", help="run until the queue is empty, then exit"
+    )
+    worker.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for Redis at start-up (default 30)",
+    )
+    _add_verbose(worker, "log at DEBUG level")
     worker.set_defaults(run=_worker)
 
-    for name, helptext in (
-        ("stats", "queue and summarization statistics"),
-        ("inspect", "one session in detail"),
-    ):
-        cmd = sub.add_parser(name, help=helptext)
-        cmd.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
-        cmd.add_argument("--namespace", help="namespace (default $REDISMEM_NAMESPACE or redismem)")
-        if name == "inspect":
-            cmd.add_argument("session")
-            cmd.add_argument("--user", default="default")
-            cmd.add_argument("--last", type=int, default=10, help="messages to show")
-            cmd.set_defaults(run=lambda a: asyncio.run(_inspect(a)))
-        else:
-            cmd.set_defaults(run=lambda a: asyncio.run(_stats(a)))
+    stats = sub.add_parser("stats", help="queue, summarization and worker statistics")
+    _add_connection_args(stats)
+    _add_verbose(stats, "log at INFO level")
+    stats.set_defaults(run=lambda a: asyncio.run(_stats(a)))
+
+    sessions = sub.add_parser("sessions", help="a user's live sessions")
+    _add_connection_args(sessions)
+    sessions.add_argument("--user", default="default", help="user id (default 'default')")
+    _add_verbose(sessions, "log at INFO level")
+    sessions.set_defaults(run=lambda a: asyncio.run(_sessions(a)))
+
+    inspect = sub.add_parser("inspect", help="one session in detail")
+    _add_connection_args(inspect)
+    inspect.add_argument("session")
+    inspect.add_argument("--user", default="default", help="user id (default 'default')")
+    inspect.add_argument("--last", type=_positive(int), default=10, help="messages to show")
+    _add_verbose(inspect, "log at INFO level")
+    inspect.set_defaults(run=lambda a: asyncio.run(_inspect(a)))
     return parser
+
+
+# -- errors ----------------------------------------------------------------
+
+
+def _hint(exc: BaseException, command: str) -> str:
+    if isinstance(exc, CliError):
+        return exc.hint
+    if isinstance(exc, StoreError) and isinstance(
+        exc.__cause__, rexc.AuthenticationError | rexc.AuthorizationError
+    ):
+        return "check the user name and password in the URL: redis://USER:PASSWORD@HOST:6379/0"
+    if isinstance(exc, StoreUnavailable | rexc.ConnectionError | rexc.TimeoutError):
+        return "is Redis running and reachable there? check --url / REDISMEM_URL"
+    if isinstance(exc, InvalidInput):
+        return f"see redismem {command} --help"
+    if isinstance(exc, MissingDependency):
+        return "install the package the message names"
+    if isinstance(exc, ImportError):
+        return (
+            "is a local module shadowing redismem's? run the redismem console script, "
+            "or from another directory"
+        )
+    if isinstance(exc, OSError):
+        return "check the file, path or permission named above"
+    return "run again with -v for more detail"
+
+
+def _one_line(exc: BaseException, command: str) -> str:
+    what = " ".join(str(exc).split()) or type(exc).__name__
+    return f"redismem: {what} (hint: {_hint(exc, command)})"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.command == "worker" and args.check is None:
+        level = logging.DEBUG if args.verbose else logging.INFO
+    else:
+        level = logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         code = args.run(args)
-    except RedisMemError as exc:
-        print(f"redismem: {exc}", file=sys.stderr)
+    except (CliError, InvalidInput) as exc:
+        print(_one_line(exc, args.command), file=sys.stderr)
         code = 2
+    except (RedisMemError, rexc.RedisError, OSError, ImportError) as exc:
+        print(_one_line(exc, args.command), file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)

@@ -9,21 +9,23 @@ O(N) whatever the session length.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from pydantic import ValidationError
-from redis.backoff import ExponentialBackoff
 
 from . import codec
 from .config import MemoryConfig
-from .connection import describe_url, open_redis, redis_errors
-from .errors import ClientClosed, CorruptData, InvalidInput, StoreUnavailable
+from .connection import describe_url, open_redis
+from .errors import ClientClosed, CorruptData, InvalidInput, RedisMemError, StoreUnavailable
 from .fencing import fence, new_marker
 from .keys import KeyLayout, SessionKeys, validate_id
 from .models import (
@@ -36,7 +38,7 @@ from .models import (
     Summary,
 )
 from .queue import SummarizeArgs, SummaryQueue
-from .scripts import ScriptSet
+from .scripts import SessionScripts
 from .strategies import MemoryStrategy
 from .tokens import estimate_tokens, message_tokens
 
@@ -45,12 +47,30 @@ if TYPE_CHECKING:
     from .context_builder import BuiltContext
     from .summarizers import Summarizer
 
-__all__ = ["Memory"]
+__all__ = ["Memory", "WriteOutcome", "new_write_id"]
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 _MAX_TAGS = 64
 _SCAN_BATCH = 500
+_WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def new_write_id() -> str:
+    """A fresh write id (random, 32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def _check_write_id(value: object) -> str:
+    if value is None:
+        return new_write_id()
+    if not isinstance(value, str) or not _WRITE_ID_RE.fullmatch(value):
+        raise InvalidInput(
+            f"write_id must be 1-128 printable ASCII characters without spaces, got {value!r}"
+        )
+    return value
 
 
 def _check_tags(tags: object) -> dict[str, str]:
@@ -99,13 +119,26 @@ def drop_orphan_tool_results(messages: list[Message]) -> list[Message]:
     return messages[start:] if start else messages
 
 
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """What ``Memory.write_entry`` did."""
+
+    entry: MemoryEntry
+    #: When this write made the session newly due for summarization, the time
+    #: it did (the episode of its job); else 0.
+    pending_since: int
+    #: Whether the session is marked due for summarization at all.
+    pending: bool
+
+
 class Memory:
     """Shared conversation memory on Redis. Create it with ``await Memory.connect()``."""
 
     def __init__(self, config: MemoryConfig, redis: Any) -> None:
         self._config = config
         self._redis = redis
-        self._scripts = ScriptSet.register(redis)
+        self._policy = config.policy
+        self._scripts = SessionScripts(redis, self._policy)
         self._closed = False
         self._queue: SummaryQueue | None = None
         args = self.summarize_args()
@@ -118,7 +151,8 @@ class Memory:
         """Connect to ``url``, else ``$REDISMEM_URL``, else the embedded ``memory://``.
 
         Raises ``StoreUnavailable`` when Redis cannot be reached after retries,
-        ``InvalidInput`` for unknown or invalid options.
+        ``StoreError`` when it refuses the credentials, ``InvalidInput`` for
+        unknown or invalid options.
         """
         unknown = set(options) - MemoryConfig.option_names() - {"url"}
         if unknown:
@@ -129,26 +163,14 @@ class Memory:
             config = MemoryConfig.from_env(**options)
         except TypeError as exc:
             raise InvalidInput(str(exc)) from exc
-        redis = open_redis(
-            config.url,
-            connect_timeout=config.connect_timeout,
-            socket_timeout=config.socket_timeout,
-            retries=config.retries,
-        )
+        redis = open_redis(config.url, connect_timeout=config.connect_timeout)
         memory = cls(config, redis)
-        # redis-py retries commands on an open connection, not the first
-        # connect: retry that here, so a server still starting is waited for.
-        backoff = ExponentialBackoff(cap=1.0, base=0.05)
-        for attempt in range(config.retries + 1):
-            try:
-                await memory.ping()
-                return memory
-            except StoreUnavailable:
-                if attempt == config.retries:
-                    await memory.aclose()
-                    raise
-                await asyncio.sleep(backoff.compute(attempt + 1))
-        raise AssertionError("unreachable")
+        try:
+            await memory.ping()
+        except BaseException:
+            await memory.aclose()
+            raise
+        return memory
 
     async def aclose(self) -> None:
         """Close the connection pool. Safe to call twice."""
@@ -180,21 +202,31 @@ class Memory:
 
     @property
     def redis(self) -> Any:
-        """The underlying redis-py client (for operators and tests)."""
+        """The underlying redis-py client (for operators and tests). Its calls
+        are not bounded, retried or mapped: use ``call`` for that."""
         self._check_open()
         return self._redis
+
+    @property
+    def scripts(self) -> SessionScripts:
+        """The session scripts (internal API of the summarization pass and workers)."""
+        self._check_open()
+        return self._scripts
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("this Memory was closed with aclose()")
 
-    def _errors(self) -> Any:
+    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``operation(redis)`` under this client's call policy: bounded
+        in time, retried when Redis is unreachable, redis-py errors mapped.
+        ``operation`` may run more than once: it must be idempotent."""
         self._check_open()
-        return redis_errors(self._config.url)
+        redis = self._redis
+        return await self._policy.run(lambda: operation(redis))
 
     async def ping(self) -> None:
-        with self._errors():
-            await self._redis.ping()
+        await self.call(lambda redis: redis.ping())
 
     def __repr__(self) -> str:
         return (
@@ -269,8 +301,9 @@ class Memory:
         except Exception:
             logger.exception("%s hook raised; the %s itself succeeded", name, name[3:])
 
-    def _decode_messages(
-        self, key: str, raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]]
+    @staticmethod
+    def decode_messages(
+        key: str, raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]]
     ) -> list[Message]:
         """Decode stored messages; ``created`` is ``(first_seq, created_ms)`` ascending."""
         dicts = codec.decode_messages(raw, first_seq, created, key)
@@ -289,24 +322,33 @@ class Memory:
         user_id: str = "default",
         tags: Mapping[str, str] | None = None,
         agent_name: str | None = None,
+        write_id: str | None = None,
     ) -> MemoryEntry:
         """Append ``messages`` to a session as one entry, atomically.
 
         System messages are skipped unless ``store_system_messages``. Returns
         the entry with store-filled ids, timestamps and token counts.
+
+        Exactly once: a write is stored once however often its command is
+        re-sent. ``write_id`` (default: a fresh random id) names the write;
+        calling ``write`` again with the same id and session returns the first
+        result and stores nothing more. A write that raised
+        ``StoreUnavailable`` may still land later: retry it with
+        ``write_id=exc.write_id`` (see the README's retry recipe).
         """
-        entry, _, _ = await self._write(
+        outcome = await self.write_entry(
             messages,
             session_id=session_id,
             user_id=user_id,
             tags=tags,
             agent_name=agent_name,
+            write_id=write_id,
             summarize=self._summarize_settings,
             enqueue=True,
         )
-        return entry
+        return outcome.entry
 
-    async def _write(
+    async def write_entry(
         self,
         messages: Iterable[Message | Mapping[str, Any]],
         *,
@@ -317,12 +359,13 @@ class Memory:
         summarize: str,
         enqueue: bool,
         store_system: bool | None = None,
-    ) -> tuple[MemoryEntry, int, bool]:
+        write_id: str | None = None,
+    ) -> WriteOutcome:
         """``write`` with the summarization settings (``SummarizeArgs.encode()``,
-        "" for none) chosen by the caller. Returns the entry, the pending-since
-        time when the write made the session newly due (else 0), and whether
-        the session is marked due at all."""
+        "" for none), the enqueueing and the system-message rule chosen by the
+        caller (internal API of the providers)."""
         sid, uid, keys = self._keys(session_id, user_id)
+        wid = _check_write_id(write_id)
         tag_map = _check_tags(tags)
         if agent_name is not None and not isinstance(agent_name, str):
             raise InvalidInput(f"agent_name must be a str or None, not {type(agent_name).__name__}")
@@ -333,19 +376,16 @@ class Memory:
             store_system = self._config.store_system_messages
         to_store = [m for m in incoming if m.role != "system" or store_system]
         if not to_store:
-            return (
-                MemoryEntry(
-                    id="",
-                    session_id=sid,
-                    user_id=uid,
-                    messages=[],
-                    metadata=EntryMetadata(
-                        created_at=datetime.now(UTC), agent_name=agent_name, tags=tag_map
-                    ),
+            empty = MemoryEntry(
+                id="",
+                session_id=sid,
+                user_id=uid,
+                messages=[],
+                metadata=EntryMetadata(
+                    created_at=datetime.now(UTC), agent_name=agent_name, tags=tag_map
                 ),
-                0,
-                False,
             )
+            return WriteOutcome(empty, 0, False)
         counts = [self._count_tokens(m) for m in to_store]
         encoded = []
         for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
@@ -357,31 +397,28 @@ class Memory:
                 )
             encoded.append(blob)
         total = sum(counts)
-        tail = codec.encode_entry_tail(len(encoded), total, agent_name, tag_map)
-        flat_tags = [part for pair in tag_map.items() for part in pair]
-        args = [
-            self._config.ttl_ms or 0,
-            self._config.max_messages or 0,
-            sid,
-            tail,
-            total,
-            summarize,
-            len(tag_map),
-            *flat_tags,
-            *encoded,
-        ]
-        with self._errors():
-            (
-                first_seq,
-                created_ms,
-                _stored,
-                _trimmed,
-                pending_since,
-                pending,
-            ) = await self._scripts.write(keys=keys.script_keys(), args=args)
+        self._check_open()
+        try:
+            result = await self._scripts.write(
+                keys,
+                session_id=sid,
+                write_id=wid,
+                ttl_ms=self._config.ttl_ms or 0,
+                max_messages=self._config.max_messages or 0,
+                entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
+                token_count=total,
+                summarize=summarize,
+                tags=tag_map,
+                messages=encoded,
+            )
+        except StoreUnavailable as exc:
+            exc.write_id = wid
+            exc.add_note(f"the write may still land: retry it with write_id={wid!r}")
+            raise
+        first_seq, pending_since = result.first_seq, result.pending_since
         if pending_since and enqueue:
             await self._enqueue_summary(uid, sid, pending_since, summarize)
-        created = codec.ms_to_datetime(created_ms)
+        created = codec.ms_to_datetime(result.created_ms)
         stored = [
             m.model_copy(
                 update={
@@ -405,8 +442,9 @@ class Memory:
                 token_count=total,
             ),
         )
-        await self._call_hook("on_write", sid, uid, stored)
-        return entry, pending_since, bool(pending)
+        if not result.duplicate:
+            await self._call_hook("on_write", sid, uid, stored)
+        return WriteOutcome(entry, pending_since, result.pending)
 
     def summarize_args(self) -> SummarizeArgs | None:
         """The settings a summarization job runs with, or None when summarization is off."""
@@ -422,17 +460,21 @@ class Memory:
     async def _enqueue_summary(self, uid: str, sid: str, episode: int, settings: str) -> None:
         args = SummarizeArgs.decode(self.layout.namespace, settings)
         if self._queue is None:
+            queue_url = self._config.queue_url or self._config.url
             self._queue = SummaryQueue(
-                self._config.queue_url or self._config.url,
+                queue_url,
                 queue_name=self._config.queue_name,
                 delay=self._config.summarize_delay,
+                policy=self._policy.for_url(queue_url),
             )
         try:
             await self._queue.enqueue(uid, sid, episode, args)
-        except StoreUnavailable:
+        except RedisMemError as exc:
             # The write has landed and the session is marked pending: the
-            # workers' reconcile sweep will enqueue it.
-            logger.warning("could not enqueue summarization of %r; the sweep will pick it up", sid)
+            # workers' reconcile sweep will enqueue it. The write must not fail.
+            logger.warning(
+                "could not enqueue summarization of %r (%s); the sweep will pick it up", sid, exc
+            )
 
     # -- reads -------------------------------------------------------------
 
@@ -459,13 +501,17 @@ class Memory:
         if wanted:
             messages = await self._read_tagged(sid, keys, wanted, limit_arg, budget)
         else:
-            with self._errors():
-                first_seq, raw, covering, _ = await self._scripts.read(
-                    keys=keys.script_keys(),
-                    args=[limit_arg, budget, self._refresh_ttl_arg(), sid, "0"],
-                )
-            created = codec.parse_covering(covering, keys.entries)
-            messages = self._decode_messages(keys.msgs, raw, first_seq, created)
+            self._check_open()
+            result = await self._scripts.read(
+                keys,
+                session_id=sid,
+                limit=limit_arg,
+                max_tokens=budget,
+                refresh_ttl=self._refresh_ttl_arg(),
+                with_summary=False,
+            )
+            created = codec.parse_covering(result.covering, keys.entries)
+            messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
         messages = drop_orphan_tool_results(messages)
         await self._call_hook("on_read", sid, uid, messages)
         return messages
@@ -479,24 +525,23 @@ class Memory:
         self, session_id: str, user_id: str, budget: int
     ) -> tuple[Summary | None, list[Message]]:
         sid, _uid, keys = self._keys(session_id, user_id)
-        with self._errors():
-            first_seq, raw, covering, raw_summary = await self._scripts.read(
-                keys=keys.script_keys(),
-                args=[
-                    0 if budget == 0 else -1,
-                    budget if budget > 0 else -1,
-                    self._refresh_ttl_arg(),
-                    sid,
-                    "1",
-                ],
-            )
+        self._check_open()
+        result = await self._scripts.read(
+            keys,
+            session_id=sid,
+            limit=0 if budget == 0 else -1,
+            max_tokens=budget if budget > 0 else -1,
+            refresh_ttl=self._refresh_ttl_arg(),
+            with_summary=True,
+        )
         summary = (
-            Summary.model_validate(codec.decode_summary(raw_summary, keys.summary))
-            if raw_summary
+            Summary.model_validate(codec.decode_summary(result.summary, keys.summary))
+            if result.summary
             else None
         )
-        created = codec.parse_covering(covering, keys.entries)
-        return summary, self._decode_messages(keys.msgs, raw, first_seq, created)
+        created = codec.parse_covering(result.covering, keys.entries)
+        messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+        return summary, messages
 
     async def context(
         self,
@@ -550,18 +595,17 @@ class Memory:
     async def _snapshot(
         self, sid: str, keys: SessionKeys, with_messages: bool
     ) -> tuple[list[codec.DecodedEntry], list[Message], int, int]:
-        with self._errors():
-            seq, length, raw_entries, raw_msgs, accessed_ms, _ = await self._scripts.snapshot(
-                keys=keys.script_keys(),
-                args=[self._refresh_ttl_arg(), sid, "1" if with_messages else "0"],
-            )
-        entries = [codec.decode_entry(r, keys.entries) for r in raw_entries]
-        head = seq - length + 1
+        self._check_open()
+        snap = await self._scripts.snapshot(
+            keys, session_id=sid, refresh_ttl=self._refresh_ttl_arg(), with_messages=with_messages
+        )
+        entries = [codec.decode_entry(r, keys.entries) for r in snap.entries]
+        head = snap.seq - snap.length + 1
         created = [(e.first_seq, e.created_ms) for e in entries]
         messages = (
-            self._decode_messages(keys.msgs, raw_msgs, head, created) if with_messages else []
+            self.decode_messages(keys.msgs, snap.messages, head, created) if with_messages else []
         )
-        return entries, messages, head, accessed_ms
+        return entries, messages, head, snap.accessed_ms
 
     async def _read_tagged(
         self, sid: str, keys: SessionKeys, wanted: Mapping[str, str], limit: int, budget: int
@@ -624,14 +668,13 @@ class Memory:
         wanted = _check_tags(tags)
         layout = self.layout
         prefixes = [tag_index_prefix(k, v) for k, v in wanted.items()]
-        with self._errors():
-            flat = await self._scripts.sessions(
-                keys=[layout.sessions(uid), layout.tagidx(uid)], args=prefixes
-            )
-            candidates = [
-                (flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)
-            ]
-            pipe = self._redis.pipeline(transaction=False)
+        self._check_open()
+        candidates = await self._scripts.sessions(
+            layout.sessions(uid), layout.tagidx(uid), prefixes
+        )
+
+        async def details(redis: Any) -> list[Any]:
+            pipe = redis.pipeline(transaction=False)
             for sid, _ in candidates:
                 keys = layout.session(uid, sid)
                 pipe.hmget(keys.meta, "created", "accessed", "tokens")
@@ -639,7 +682,10 @@ class Memory:
                 pipe.hgetall(keys.tags)
                 if wanted:
                     pipe.lrange(keys.entries, 0, -1)
-            results = await pipe.execute() if candidates else []
+            results: list[Any] = await pipe.execute()
+            return results
+
+        results = await self.call(details) if candidates else []
         step = 4 if wanted else 3
         out = []
         for i, (sid, deadline) in enumerate(candidates):
@@ -738,34 +784,97 @@ class Memory:
     # -- deletion ----------------------------------------------------------
 
     async def clear(self, *, session_id: str, user_id: str = "default") -> int:
-        """Delete one session. Returns the number of keys removed."""
+        """Delete one session, atomically. Returns the number of keys removed."""
         sid, _uid, keys = self._keys(session_id, user_id)
-        with self._errors():
-            removed: int = await self._scripts.clear(keys=keys.script_keys(), args=[sid])
-        return removed
+        self._check_open()
+        return await self._scripts.clear(keys, session_id=sid)
 
-    async def _unlink_matching(self, pattern: str) -> int:
+    async def _scan(self, pattern: str) -> AsyncIterator[list[bytes]]:
+        """Batches of the keys matching ``pattern`` (SCAN, never KEYS)."""
+        cursor = 0
+        while True:
+            cursor, batch = await self.call(
+                functools.partial(_scan_once, cursor=cursor, pattern=pattern)
+            )
+            yield batch
+            if int(cursor) == 0:
+                return
+
+    async def _session_ids_in_index(self, user_id: str, kind: str, key: str) -> set[str]:
+        members: list[bytes] = await self.call(lambda redis: redis.zrange(key, 0, -1))
+        if kind != "tagidx":
+            return {m.decode("utf-8") for m in members}
+        return {sid for m in members if (sid := _tag_member_session(m)) is not None}
+
+    async def _clear_keys(self, pattern: str) -> int:
+        """Delete what SCAN finds under ``pattern``, a session at a time with
+        the atomic clear script, so a writer racing the deletion finds each
+        session either gone or whole, never half deleted. The user indexes go
+        with their last session; keys of no session are unlinked."""
         removed = 0
-        with self._errors():
-            batch: list[bytes] = []
-            async for key in self._redis.scan_iter(match=pattern, count=_SCAN_BATCH):
-                batch.append(key)
-                if len(batch) >= _SCAN_BATCH:
-                    removed += await self._redis.unlink(*batch)
-                    batch.clear()
-            if batch:
-                removed += await self._redis.unlink(*batch)
+        for batch in [b async for b in self._scan(pattern)]:
+            sessions: set[tuple[str, str]] = set()
+            loose: list[bytes] = []
+            for raw_key in batch:
+                try:
+                    parsed = self.layout.parse_key(raw_key.decode("utf-8"))
+                except (InvalidInput, UnicodeDecodeError):
+                    loose.append(raw_key)
+                    continue
+                if parsed.session_id is not None:
+                    sessions.add((parsed.user_id, parsed.session_id))
+                elif parsed.kind in ("sessions", "pending", "tagidx"):
+                    ids = await self._session_ids_in_index(
+                        parsed.user_id, parsed.kind, raw_key.decode()
+                    )
+                    sessions.update((parsed.user_id, sid) for sid in ids)
+                else:
+                    loose.append(raw_key)
+            for uid, sid in sorted(sessions):
+                removed += await self._scripts.clear(self.layout.session(uid, sid), session_id=sid)
+            if loose:
+                removed += await self.call(functools.partial(_unlink, keys=loose))
         return removed
 
     async def clear_user(self, user_id: str) -> int:
         """Delete every key of one user (all sessions, indexes, and keys later
-        features add), found with SCAN. Returns the number of keys removed."""
+        features add), found with SCAN. Returns the number of keys removed.
+
+        Safe to race with writers: each session is deleted atomically, so a
+        concurrent write either lands before (and is deleted) or after (and
+        starts a new session); no session is left half deleted."""
         uid = validate_id(user_id, "user_id")
-        return await self._unlink_matching(self.layout.user_pattern(uid))
+        self._check_open()
+        return await self._clear_keys(self.layout.user_pattern(uid))
 
     async def clear_all(self) -> int:
-        """Delete every key of this namespace, and nothing outside it."""
-        return await self._unlink_matching(self.layout.namespace_pattern())
+        """Delete every key of this namespace, and nothing outside it (the
+        work queue's keys lie outside every namespace)."""
+        self._check_open()
+        return await self._clear_keys(self.layout.namespace_pattern())
+
+
+async def _scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
+    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=_SCAN_BATCH)
+    return result
+
+
+async def _unlink(redis: Any, *, keys: list[bytes]) -> int:
+    removed: int = await redis.unlink(*keys)
+    return removed
+
+
+def _tag_member_session(member: bytes) -> str | None:
+    """The session id of a reverse tag index member ``r<lp(sid)><pair>``."""
+    if not member.startswith(b"r"):
+        return None
+    size, colon, rest = member[1:].partition(b":")
+    if not colon or not size.isdigit():
+        return None
+    try:
+        return rest[: int(size)].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 #: The label of the running summary inside a fenced memory message.

@@ -7,20 +7,27 @@ keyword arguments, from a URL (``from_url``) or from the environment
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
 
+from .connection import CallPolicy
 from .errors import InvalidInput
 from .keys import KeyLayout
+from .queue import DEFAULT_QUEUE_NAME
 from .tokens import estimate_tokens
 
-__all__ = ["DEFAULT_TTL", "EMBEDDED_URL", "MemoryConfig", "Hook"]
+__all__ = ["DEFAULT_TTL", "EMBEDDED_URL", "MAX_TTL", "MemoryConfig", "Hook"]
 
 EMBEDDED_URL = "memory://"
 DEFAULT_TTL = timedelta(days=7)
+#: Longest ttl accepted (Redis takes far more; a century is "keep").
+MAX_TTL = timedelta(days=36_500)
+#: Most retries accepted; with the backoff cap that is over an hour of waiting.
+MAX_RETRIES = 1000
 
 #: A hook gets keyword arguments ``session_id``, ``user_id`` and ``messages``;
 #: it may be a plain function or a coroutine function.
@@ -33,12 +40,31 @@ def _ttl_ms(value: float | timedelta | None) -> int | None:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError as exc:
+            raise InvalidInput(f"ttl is too large: {value!r}") from exc
     else:
         raise InvalidInput(f"ttl must be seconds, a timedelta or None, not {type(value).__name__}")
-    if seconds <= 0:
-        raise InvalidInput(f"ttl must be positive, got {seconds} seconds")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidInput(f"ttl must be a positive number of seconds or None, got {value!r}")
+    if seconds > MAX_TTL.total_seconds():
+        raise InvalidInput(
+            f"ttl must be at most {MAX_TTL.total_seconds():.0f} seconds (use None to keep "
+            f"sessions forever), got {seconds}"
+        )
     return max(1, round(seconds * 1000))
+
+
+def _positive_seconds(name: str, value: object) -> None:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+        or value > 86_400
+    ):
+        raise InvalidInput(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
 
 
 def _optional_positive_int(name: str, value: object) -> None:
@@ -71,7 +97,7 @@ class MemoryConfig:
     summarize_batch: int = 20
     compact: bool = True
     queue_url: str | None = None
-    queue_name: str = "redismem:queue"
+    queue_name: str = DEFAULT_QUEUE_NAME
     summarize_delay: float = 1.0
     layout: KeyLayout = field(init=False, repr=False)
     ttl_ms: int | None = field(init=False, repr=False)
@@ -99,10 +125,40 @@ class MemoryConfig:
             value = getattr(self, hook)
             if value is not None and not callable(value):
                 raise InvalidInput(f"{hook} must be callable")
-        if not isinstance(self.retries, int) or self.retries < 0:
-            raise InvalidInput("retries must be an int >= 0")
-        if self.connect_timeout <= 0 or self.socket_timeout <= 0:
-            raise InvalidInput("timeouts must be positive")
+        if (
+            not isinstance(self.retries, int)
+            or isinstance(self.retries, bool)
+            or not 0 <= self.retries <= MAX_RETRIES
+        ):
+            raise InvalidInput(
+                f"retries must be an int in [0, {MAX_RETRIES}], got {self.retries!r}"
+            )
+        _positive_seconds("connect_timeout", self.connect_timeout)
+        _positive_seconds("socket_timeout", self.socket_timeout)
+        if not isinstance(self.summarize_delay, int | float) or not (
+            0 <= self.summarize_delay <= 86_400
+        ):
+            raise InvalidInput(
+                f"summarize_delay must be seconds in [0, 86400], got {self.summarize_delay!r}"
+            )
+        if not isinstance(self.queue_name, str) or not self.queue_name:
+            raise InvalidInput("queue_name must be a non-empty str")
+        if self.layout.owns_queue_name(self.queue_name):
+            raise InvalidInput(
+                f"queue_name {self.queue_name!r} lies inside namespace {self.namespace!r}: "
+                "clear_all() would delete the queue; choose another name"
+            )
+        if self.queue_url is not None and (
+            not isinstance(self.queue_url, str) or "://" not in self.queue_url
+        ):
+            raise InvalidInput(
+                f"queue_url must look like redis://host:port/db, got {self.queue_url!r}"
+            )
+
+    @property
+    def policy(self) -> CallPolicy:
+        """How calls to the memory Redis are attempted (timeouts, retries)."""
+        return CallPolicy(self.url, attempt_timeout=self.socket_timeout, retries=self.retries)
 
     @property
     def embedded(self) -> bool:

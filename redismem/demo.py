@@ -1,11 +1,15 @@
 """``redismem demo``: a fleet of agent processes sharing memory, with workers.
 
 N agent processes hold multi-turn conversations (with tool calls) on shared
-sessions, several processes serving the same session; M arq worker
-processes summarize in the background. The demo shows live progress, then a
-report, including a verified count of lost messages: for every session, the
-messages the agents wrote must equal the messages still stored plus those
-covered by the summary.
+sessions, several processes serving the same session; M ``redismem worker``
+processes summarize in the background. The demo shows live progress (one
+redrawn line on a terminal, plain lines otherwise), then a report, including
+a verified count of lost messages: for every session, the messages the agents
+wrote must equal the messages still stored plus those covered by the summary.
+
+It fails (exit 1) when a message is lost, when a worker or agent process
+dies (with the last lines it wrote to stderr), or when sessions became due
+for a summary and none was made.
 """
 
 from __future__ import annotations
@@ -14,17 +18,26 @@ import asyncio
 import json
 import os
 import secrets
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from .client import Memory
 from .demo_agent import run_agent, session_of
+from .errors import InvalidInput
 from .localserver import LocalRedis, redis_server_binary
 from .queue import QueueStats
+from .summarizers import summarizer_from_env
 
 __all__ = ["DemoOptions", "run_demo"]
+
+#: The directory holding this ``redismem`` (and, installed beside it, ``workers``):
+#: the demo's child processes import from there, never from the working directory.
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 MEMORY_OPTIONS: dict[str, Any] = {
     "keep_recent": 12,
@@ -55,6 +68,19 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class FleetFailure(Exception):
+    """A process of the fleet died; the message says which, and its last words."""
+
+
+def _tail(log: Path, lines: int = 8) -> str:
+    """The last lines ``log`` (a process's log path, without suffix) wrote to stderr."""
+    try:
+        text = Path(f"{log}.err").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
+
+
 class _Fleet:
     """The demo's processes (or in-process tasks on the embedded backend)."""
 
@@ -62,12 +88,14 @@ class _Fleet:
         self.options = options
         self.url = url
         self.namespace = namespace
-        self.queue_name = f"{namespace}:queue"
+        self.queue_name = f"redismem/queue-{namespace}"
         self.embedded = embedded
-        self.workers: list[asyncio.subprocess.Process] = []
-        self.agents: list[asyncio.subprocess.Process] = []
+        self.workers: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+        self.agents: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.in_process: list[Any] = []
+        self.in_process_workers: list[Any] = []
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
+        self.logs = tempfile.TemporaryDirectory(prefix="redismem-demo-")
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -78,21 +106,44 @@ class _Fleet:
             REDISMEM_SUMMARIZER=self.options.summarizer,
             REDISMEM_SWEEP_SECONDS="2",
             REDISMEM_SWEEP_GRACE="5",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")])),
         )
         env.pop("REDISMEM_QUEUE_URL", None)
         return env
+
+    def _spawn(self, name: str, *args: str) -> tuple[str, subprocess.Popen[bytes], Path]:
+        """``python -P -m ARGS``: -P keeps the working directory off sys.path,
+        so a local ``workers`` or ``redismem`` directory cannot shadow ours.
+        Its stdout and stderr go to ``<log>.out`` and ``<log>.err``."""
+        log = Path(self.logs.name) / name
+        with open(f"{log}.out", "wb") as stdout, open(f"{log}.err", "wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", *args],
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        return name, process, log
 
     async def start(self) -> None:
         memory_options = dict(MEMORY_OPTIONS, queue_name=self.queue_name)
         if self.embedded:
             from workers.inprocess import InProcessWorker
 
+            summarizer = summarizer_from_env(
+                {**os.environ, "REDISMEM_SUMMARIZER": self.options.summarizer}
+            )
             for _ in range(self.options.workers):
                 worker = InProcessWorker(
-                    self.url, namespaces=[self.namespace], queue_name=self.queue_name
+                    self.url,
+                    summarizer=summarizer,
+                    namespaces=[self.namespace],
+                    queue_name=self.queue_name,
                 )
                 await worker.start()
                 self.in_process.append(worker)
+                self.in_process_workers.append(worker)
             memories = [
                 await Memory.connect(self.url, namespace=self.namespace, **memory_options)
                 for _ in range(self.options.agents)
@@ -105,24 +156,15 @@ class _Fleet:
                 for i, m in enumerate(memories)
             ]
             return
-        env = self.env()
-        for _ in range(self.options.workers):
+        for i in range(self.options.workers):
+            name = f"worker-{i}"
             self.workers.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "arq",
-                    "workers.WorkerSettings",
-                    env=env,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
+                self._spawn(name, "redismem", "worker", "--name", f"{self.namespace}-{i}")
             )
         for i in range(self.options.agents):
             self.agents.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
+                self._spawn(
+                    f"agent-{i}",
                     "redismem.demo_agent",
                     "--url",
                     self.url,
@@ -138,46 +180,72 @@ class _Fleet:
                     str(self.options.seed),
                     "--options",
                     json.dumps(memory_options),
-                    env=env,
-                    stdout=asyncio.subprocess.PIPE,
                 )
             )
+
+    def check(self) -> None:
+        """Raise ``FleetFailure`` if a worker stopped, or an agent failed."""
+        for name, process, log in self.workers:
+            if process.poll() is not None:
+                raise FleetFailure(
+                    f"{name} exited with code {process.returncode}; its last words:\n{_tail(log)}"
+                )
+        for name, process, log in self.agents:
+            if process.poll() not in (None, 0):
+                raise FleetFailure(
+                    f"{name} exited with code {process.returncode}; its last words:\n{_tail(log)}"
+                )
+        for index, worker in enumerate(self.in_process_workers):
+            if worker.error is not None:
+                raise FleetFailure(f"in-process worker-{index} failed: {worker.error!r}")
+        for index, task in enumerate(self.tasks):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise FleetFailure(f"agent-{index} failed: {task.exception()!r}")
 
     def agents_running(self) -> bool:
         if self.embedded:
             return any(not t.done() for t in self.tasks)
-        return any(p.returncode is None for p in self.agents)
+        return any(p.poll() is None for _, p, _ in self.agents)
 
     async def agent_results(self) -> list[dict[str, Any]]:
         if self.embedded:
             return [await t for t in self.tasks]
-        results = []
-        for process in self.agents:
-            stdout, _ = await process.communicate()
-            if process.returncode != 0:
-                raise RuntimeError(f"agent process exited with {process.returncode}")
-            results.append(json.loads(stdout.decode().strip().splitlines()[-1]))
-        return results
+        while self.agents_running():
+            await asyncio.sleep(0.1)
+        self.check()
+        return [_last_json(Path(f"{log}.out")) for _, _, log in self.agents]
 
     async def stop(self) -> None:
-        for process in self.agents + self.workers:
-            if process.returncode is None:
+        processes = [p for _, p, _ in self.agents + self.workers]
+        for process in processes:
+            if process.poll() is None:
                 process.terminate()
-        for process in self.agents + self.workers:
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
+        deadline = time.monotonic() + 15
+        while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for process in processes:
+            if process.poll() is None:
                 process.kill()
-                await process.wait()
+                process.wait()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         for item in reversed(self.in_process):
             await item.aclose()
+        self.logs.cleanup()
 
 
-async def _progress(memory: Memory, stats: QueueStats, sessions: int) -> tuple[int, int, int]:
+def _last_json(path: Path) -> Any:
+    return json.loads(path.read_text().strip().splitlines()[-1])
+
+
+async def _progress(
+    memory: Memory, stats: QueueStats, options: DemoOptions
+) -> tuple[int, int, int]:
     """(messages written, messages summarized, summaries) from the store."""
     written = 0
     pipe = memory.redis.pipeline(transaction=False)
-    for index in range(sessions):
+    for index in range(options.sessions):
         user_id, session_id = session_of(index)
         pipe.hget(memory.layout.session(user_id, session_id).meta, "seq")
     for value in await pipe.execute():
@@ -191,8 +259,44 @@ async def _pending(memory: Memory, sessions: int) -> int:
     return sum([await memory.redis.zcard(memory.layout.pending(u)) for u in users])
 
 
+def _validate(options: DemoOptions) -> None:
+    for name in ("agents", "workers", "sessions"):
+        value = getattr(options, name)
+        if not isinstance(value, int) or value < 1:
+            raise InvalidInput(f"the demo needs {name} >= 1, got {value!r}")
+    if not options.duration > 0:
+        raise InvalidInput(f"the demo needs a duration > 0 seconds, got {options.duration!r}")
+
+
+class _Progress:
+    """One redrawn line on a terminal; plain lines every few seconds otherwise."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.tty = bool(getattr(out, "isatty", lambda: False)())
+        self.last = 0.0
+
+    def show(self, elapsed: float, written: int, summarized: int, summaries: int) -> None:
+        text = (
+            f"{elapsed:5.1f}s  messages written {written:6d}  summarized {summarized:6d}  "
+            f"summaries {summaries:4d}"
+        )
+        if self.tty:
+            self.out.write(f"\r  {text}  ")
+        elif elapsed - self.last >= 2.0:
+            self.out.write(f"progress {text}\n")
+            self.last = elapsed
+        self.out.flush()
+
+    def end(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+
+
 async def run_demo(options: DemoOptions) -> int:
-    """Run the demo; returns the process exit code (non-zero if a message was lost)."""
+    """Run the demo; returns the process exit code: non-zero if a message was
+    lost, a process of the fleet died, or no summary was made though some were due."""
+    _validate(options)
     out = options.out
     server: LocalRedis | None = None
     url = options.url or os.environ.get("REDISMEM_URL")
@@ -210,36 +314,51 @@ async def run_demo(options: DemoOptions) -> int:
     namespace = f"demo-{secrets.token_hex(4)}"
     out.write(
         f"fleet: {options.agents} agent {'tasks' if embedded else 'processes'}, {options.workers} "
-        f"workers, {options.sessions} shared sessions, {options.duration:.0f}s, ns {namespace}\n"
+        f"workers, {options.sessions} shared sessions, {options.duration:g}s, ns {namespace}\n"
     )
     fleet = _Fleet(options, url, namespace, embedded)
-    memory = await Memory.connect(url, namespace=namespace)
+    progress = _Progress(out)
+    try:
+        memory = await Memory.connect(url, namespace=namespace)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     stats = QueueStats(memory.redis, memory.layout)
     started = time.monotonic()
     try:
         await fleet.start()
         while fleet.agents_running():
-            written, summarized, summaries = await _progress(memory, stats, options.sessions)
-            elapsed = time.monotonic() - started
-            out.write(
-                f"\r  {elapsed:5.1f}s  messages written {written:6d}  summarized {summarized:6d}  "
-                f"summaries {summaries:4d}  "
-            )
-            out.flush()
+            fleet.check()
+            progress.show(time.monotonic() - started, *await _progress(memory, stats, options))
             await asyncio.sleep(0.5)
         results = await fleet.agent_results()
         drain_deadline = time.monotonic() + options.drain_timeout
         while await _pending(memory, options.sessions) and time.monotonic() < drain_deadline:
+            fleet.check()
             await asyncio.sleep(0.2)
-        out.write("\n")
+        fleet.check()
+        progress.end()
         return await _report(memory, stats, options, results, time.monotonic() - started)
+    except FleetFailure as exc:
+        progress.end()
+        out.write(f"FAIL: {exc}\n")
+        return 1
     finally:
         await fleet.stop()
         if not options.keep:
-            await memory.clear_all()
+            await _clean_up(memory, namespace)
         await memory.aclose()
         if server is not None:
             server.stop()
+
+
+async def _clean_up(memory: Memory, namespace: str) -> None:
+    """Delete the demo's memory, and its queue, job and health keys, which all
+    carry its (random) namespace in their names."""
+    await memory.clear_all()
+    async for key in memory.redis.scan_iter(match=f"*{namespace}*", count=1000):
+        await memory.redis.unlink(key)
 
 
 async def _report(
@@ -293,5 +412,17 @@ async def _report(
     out.write("redismem fleet demo report\n")
     for name, value in rows:
         out.write(f"  {name:<{width}}  {value}\n")
-    out.write("OK: no message lost\n" if lost == 0 else f"FAIL: {lost} messages lost\n")
-    return 0 if lost == 0 else 1
+    due = MEMORY_OPTIONS["keep_recent"] + MEMORY_OPTIONS["summarize_batch"]
+    due_sessions = sum(1 for count in written.values() if count >= due)
+    summaries = snapshot["counters"].get("summaries", 0)
+    if lost:
+        out.write(f"FAIL: {lost} messages lost\n")
+        return 1
+    if due_sessions and not summaries:
+        out.write(
+            f"FAIL: no summary made, though {due_sessions} sessions were due for one "
+            "(are the workers summarizing? see redismem stats)\n"
+        )
+        return 1
+    out.write("OK: no message lost\n")
+    return 0

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from .client import Memory
+from .errors import RedisMemError
 
 __all__ = ["SCENARIOS", "make_turn", "run_agent", "session_of"]
 
@@ -175,7 +176,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--options", default="{}", help="Memory.connect options as JSON")
-    asyncio.run(_main(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(_main(args))
+    except (RedisMemError, OSError) as exc:  # the demo shows the agent's last words
+        sys.exit(f"demo agent {args.agent}: {exc}")
 
 
 if __name__ == "__main__":

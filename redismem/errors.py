@@ -4,9 +4,11 @@ Exception tree::
 
     RedisMemError
     ├── InvalidInput        (also ValueError)  bad arguments; nothing was written
-    ├── StoreUnavailable    Redis could not be reached after retries with backoff
-    ├── StoreError          Redis answered with an error (wrong type, out of memory,
-    │                       refused credentials, ...)
+    ├── StoreUnavailable    Redis could not be reached, or did not answer in time,
+    │                       after retries with backoff
+    ├── StoreError          Redis answered with an error (wrong type, refused
+    │   │                   credentials, ...)
+    │   └── StoreFull       Redis is out of memory (maxmemory reached)
     ├── CorruptData         a stored value failed to decode; names the key
     ├── ClientClosed        the Memory was used after ``aclose()``
     ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
@@ -25,6 +27,7 @@ __all__ = [
     "MissingDependency",
     "RedisMemError",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "SummarizerError",
 ]
@@ -39,11 +42,23 @@ class InvalidInput(RedisMemError, ValueError):
 
 
 class StoreUnavailable(RedisMemError):
-    """Redis could not be reached (connection refused, timed out) after retries."""
+    """Redis could not be reached (connection refused, timed out) after retries.
+
+    A write that raises it may still have been stored (its command can reach
+    Redis after the client gave up). ``write_id`` is the id of that write:
+    call ``write(..., write_id=exc.write_id)`` again to store it exactly once.
+    """
+
+    write_id: str | None = None
 
 
 class StoreError(RedisMemError):
     """Redis answered a command with an error."""
+
+
+class StoreFull(StoreError):
+    """Redis refused a write because it is out of memory (``maxmemory`` with
+    ``noeviction``). Nothing of the call was stored."""
 
 
 class CorruptData(RedisMemError):

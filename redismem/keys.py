@@ -23,8 +23,15 @@ Layout (``U`` = escaped user id, ``S`` = escaped session id)::
     ns:{u:U}:s:S:entries       LIST  one record per write, oldest first
     ns:{u:U}:s:S:tags          HASH  union of the tags of the session's writes
     ns:{u:U}:s:S:summary       STRING the running summary (msgpack)
-    ns:q:...                   work-queue side: stats, failures, lag samples,
-                               sweep cursor (on the queue's Redis; not per user)
+    ns:{u:U}:s:S:writes        HASH  write id -> "first_seq,created_ms,n" of the
+                                     latest writes (idempotent re-sends)
+    redismem/q:ns:...          work-queue side: stats, failures, lag samples,
+                               sweep cursor (not per user)
+
+The work queue's keys never lie inside a namespace: ``clear_all`` must not
+touch them (other tenants' jobs). Queue-side keys start with ``redismem/``
+(``/`` is not allowed in a namespace), arq's own keys with ``arq:`` (``arq``
+is a reserved namespace), and the default queue is ``redismem/queue``.
 """
 
 from __future__ import annotations
@@ -43,7 +50,11 @@ _ESCAPED_RE = re.compile(r"(?:[A-Za-z0-9_.-]|%[0-9A-F]{2})+")
 #: Longest id accepted, in bytes of UTF-8.
 MAX_ID_BYTES = 4096
 
-SESSION_KEY_KINDS = ("msgs", "meta", "entries", "tags", "summary")
+SESSION_KEY_KINDS = ("msgs", "meta", "entries", "tags", "summary", "writes")
+#: Namespaces that would hold the work queue's keys.
+RESERVED_NAMESPACES = frozenset({"arq"})
+#: Prefix of the work-queue side's keys; no namespace can contain it.
+QUEUE_KEY_PREFIX = "redismem/q"
 
 
 def validate_id(value: object, what: str) -> str:
@@ -103,16 +114,17 @@ class SessionKeys:
     entries: str
     tags: str
     summary: str
+    writes: str
     sessions: str
     tagidx: str
     pending: str
 
     def script_keys(self) -> list[str]:
-        """KEYS[1..8] of the session scripts (see ``scripts/_common.lua``)."""
+        """KEYS[1..9] of the session scripts (see ``scripts/_common.lua``)."""
         return [*self.all_session_keys(), self.sessions, self.tagidx, self.pending]
 
     def all_session_keys(self) -> tuple[str, ...]:
-        return (self.msgs, self.meta, self.entries, self.tags, self.summary)
+        return (self.msgs, self.meta, self.entries, self.tags, self.summary, self.writes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +145,8 @@ class KeyLayout:
             raise InvalidInput(
                 f"namespace must be 1-64 characters of [A-Za-z0-9_.-], got {self.namespace!r}"
             )
+        if self.namespace in RESERVED_NAMESPACES:
+            raise InvalidInput(f"namespace {self.namespace!r} is reserved for the work queue")
 
     def user_prefix(self, user_id: str) -> str:
         return f"{self.namespace}:{{u:{escape_id(user_id)}}}:"
@@ -169,14 +183,20 @@ class KeyLayout:
             entries=base + "entries",
             tags=base + "tags",
             summary=base + "summary",
+            writes=base + "writes",
             sessions=self.sessions(user_id),
             tagidx=self.tagidx(user_id),
             pending=self.pending(user_id),
         )
 
     def queue_key(self, name: str) -> str:
-        """A key of the work-queue side (pending sets, failure log, stats)."""
-        return f"{self.namespace}:q:{name}"
+        """A key of the work-queue side (stats, failure log, sweep cursor),
+        outside every namespace."""
+        return f"{QUEUE_KEY_PREFIX}:{self.namespace}:{name}"
+
+    def owns_queue_name(self, queue_name: str) -> bool:
+        """Whether an arq queue of this name would lie inside the namespace."""
+        return queue_name.startswith(f"{self.namespace}:")
 
     def parse_key(self, key: str) -> ParsedKey:
         """Split a key built by this layout back into user, session and kind."""

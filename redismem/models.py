@@ -4,6 +4,11 @@
 ``created_at`` and ``token_count`` on write; values passed in for them are
 ignored. Message ids are the zero-padded write sequence of the session, so
 they are unique within a session and sort in write (commit) order.
+
+A message is accepted only if it comes back from the store exactly as
+given: ``content`` is a ``str``, required except on an assistant message
+with ``tool_calls``; ``metadata`` and dict ``arguments`` of tool calls hold
+plain JSON data (see ``redismem.validation``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from .validation import check_json_value
 
 __all__ = [
     "Context",
@@ -29,8 +44,20 @@ Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 
 
+#: Validation context of messages decoded from storage (see ``MESSAGE_LIST``).
+_STORED = {"redismem_stored": True}
+
+
+def _from_storage(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and bool(info.context.get("redismem_stored"))
+
+
 class ToolCall(BaseModel):
-    """A tool invocation requested by an assistant message."""
+    """A tool invocation requested by an assistant message.
+
+    ``arguments`` is the JSON text the model produced, or that JSON decoded
+    into a dict of plain JSON data (see ``redismem.validation``).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -38,9 +65,27 @@ class ToolCall(BaseModel):
     name: str
     arguments: str | dict[str, Any] = ""
 
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_round_trip(
+        cls, value: str | dict[str, Any], info: ValidationInfo
+    ) -> str | dict[str, Any]:
+        if isinstance(value, dict) and not _from_storage(info):
+            check_json_value(value, "arguments")
+        return value
+
 
 class Message(BaseModel):
-    """One chat message, in the shape chat-completion APIs use."""
+    """One chat message, in the shape chat-completion APIs use.
+
+    ``content`` is required, except on an assistant message with
+    ``tool_calls``, where it may be left out (it is then ""). ``None`` is not
+    a content: for an OpenAI-style tool-call message with ``"content": null``,
+    leave ``content`` out (``to_chat()`` gives ``"content": ""``, which
+    chat-completions APIs accept). ``metadata`` holds plain JSON data only
+    (str keys; None, bool, int, finite float, str, list, dict; at most 32
+    levels deep), so it comes back from the store exactly as given.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,6 +100,34 @@ class Message(BaseModel):
     id: str | None = None
     created_at: datetime | None = None
     token_count: int | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_not_none(cls, value: object) -> object:
+        if value is None:
+            raise ValueError(
+                "content must be a str, not None (an assistant message with tool_calls "
+                "may leave content out)"
+            )
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_round_trips(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if not _from_storage(info):
+            check_json_value(value, "metadata")
+        return value
+
+    @model_validator(mode="after")
+    def _content_given(self) -> Message:
+        if "content" not in self.model_fields_set and not (
+            self.role == "assistant" and self.tool_calls
+        ):
+            raise ValueError(
+                f"a {self.role} message needs content; only an assistant message with "
+                "tool_calls may leave it out"
+            )
+        return self
 
     def to_chat(self) -> dict[str, Any]:
         """The message as a chat-completions ``messages`` item (store fields left out)."""
@@ -112,7 +185,23 @@ class SessionInfo(BaseModel):
     expires_at: datetime | None = None
 
 
-MESSAGE_LIST: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+class _StoredMessages:
+    """Validates messages decoded from storage.
+
+    The metadata rule is not re-checked there: what msgpack decoded, it
+    encodes again unchanged, and sessions written before the rule (e.g.
+    with bytes in metadata) must stay readable rather than turn corrupt.
+    """
+
+    def __init__(self) -> None:
+        self._adapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+    def validate_python(self, data: Any) -> list[Message]:
+        return self._adapter.validate_python(data, context=_STORED)
+
+
+#: Validation of stored messages (``MESSAGE_LIST.validate_python(dicts)``).
+MESSAGE_LIST = _StoredMessages()
 
 
 class Summary(BaseModel):

@@ -191,7 +191,7 @@ class _StoreProvider:
 
         Returns the stored entry; its ``id`` is "" when nothing was stored.
         """
-        entry, _, _ = await self._memory._write(
+        outcome = await self._memory.write_entry(
             messages,
             session_id=session_id,
             user_id=user_id,
@@ -201,7 +201,7 @@ class _StoreProvider:
             enqueue=True,
             store_system=self._store_system,
         )
-        return entry
+        return outcome.entry
 
     async def clear(self, *, session_id: str, user_id: str = "default") -> None:
         """Delete the session from the store."""
@@ -406,7 +406,7 @@ class SummarizingMemory(_StoreProvider):
         agent_name: str | None = None,
     ) -> MemoryEntry:
         """Append ``messages`` as one entry, then summarize inline when due."""
-        entry, _, pending = await self._memory._write(
+        outcome = await self._memory.write_entry(
             messages,
             session_id=session_id,
             user_id=user_id,
@@ -418,7 +418,8 @@ class SummarizingMemory(_StoreProvider):
         )
         # Marked due newly by this write, or still (an earlier pass failed or
         # was cut short, maybe in another process): the write script says which.
-        if self._bounded is not None and entry.id and pending:
+        entry = outcome.entry
+        if self._bounded is not None and entry.id and outcome.pending:
             await self._summarize_inline(self._bounded, entry.user_id, entry.session_id)
         return entry
 
@@ -440,7 +441,11 @@ class SummarizingMemory(_StoreProvider):
                     # Nothing to summarize yet (e.g. tool results still to come):
                     # clear the mark, so the write that makes it due marks it anew.
                     await settle_pending(
-                        self._memory, user_id=user_id, session_id=session_id, seq=outcome.seq
+                        self._memory,
+                        user_id=user_id,
+                        session_id=session_id,
+                        seq=outcome.seq,
+                        gen=outcome.gen,
                     )
                     return
                 if not outcome.still_pending:

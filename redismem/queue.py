@@ -6,8 +6,14 @@ the session pending (``ZADD NX``) only when it first becomes due, and only
 that write enqueues, with a job id naming the episode. Writes that arrive
 while the session is already pending add no round trip at all.
 
-Queue-side keys (``ns:q:*``) live on the queue's Redis, which may differ from
-the memory Redis (arq does not run on Redis Cluster).
+Queue-side keys (``redismem/q:<namespace>:*``, see ``keys.py``) live on the
+queue's Redis, which may differ from the memory Redis (arq does not run on
+Redis Cluster); neither they nor arq's keys lie inside a memory namespace.
+
+A job that waits longer than ``JOB_EXPIRES`` is dropped by arq, and its job
+key expires with it: a job key left behind (its queue deleted under it) can
+block the re-enqueue of that episode for at most that long, and the workers'
+reconcile sweep enqueues every session still pending after that.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import msgpack
 
-from .connection import open_redis, redis_errors
+from .connection import CallPolicy, open_redis, redis_errors
 from .keys import KeyLayout, escape_id
 
 __all__ = [
@@ -32,7 +38,9 @@ __all__ = [
     "unpack_job",
 ]
 
-DEFAULT_QUEUE_NAME = "redismem:queue"
+DEFAULT_QUEUE_NAME = "redismem/queue"
+#: How long an enqueued job may wait for a worker before arq drops it.
+JOB_EXPIRES = timedelta(minutes=10)
 SUMMARIZE_JOB = "summarize_session"
 RECONCILE_JOB = "reconcile_pending"
 
@@ -56,11 +64,11 @@ def job_id(namespace: str, user_id: str, session_id: str, episode: int | str) ->
     return f"sum:{namespace}:{escape_id(user_id)}:{escape_id(session_id)}:{episode}"
 
 
-def arq_pool(url: str, *, connect_timeout: float = 2.0, retries: int = 3) -> Any:
+def arq_pool(url: str, *, connect_timeout: float = 2.0) -> Any:
     """An ``ArqRedis`` on ``url`` (``memory://`` too) using the msgpack codec."""
     from arq.connections import ArqRedis
 
-    base = open_redis(url, connect_timeout=connect_timeout, retries=retries)
+    base = open_redis(url, connect_timeout=connect_timeout)
     return ArqRedis(
         connection_pool=base.connection_pool,
         job_serializer=pack_job,
@@ -99,11 +107,17 @@ class SummaryQueue:
     """Enqueues summarization jobs for one namespace."""
 
     def __init__(
-        self, url: str, *, queue_name: str = DEFAULT_QUEUE_NAME, delay: float = 1.0
+        self,
+        url: str,
+        *,
+        queue_name: str = DEFAULT_QUEUE_NAME,
+        delay: float = 1.0,
+        policy: CallPolicy | None = None,
     ) -> None:
         self._url = url
         self._queue_name = queue_name
         self._delay = delay
+        self._policy = policy or CallPolicy(url)
         self._pool: Any = None
 
     @property
@@ -121,17 +135,20 @@ class SummaryQueue:
         *,
         delay: float | None = None,
     ) -> bool:
-        """Enqueue the job of one pending episode; False when it is already queued."""
-        with redis_errors(self._url):
-            job = await self.pool.enqueue_job(
+        """Enqueue the job of one pending episode; False when it is already
+        queued (the job id names the episode, so a retried enqueue is harmless)."""
+        job = await self._policy.run(
+            lambda: self.pool.enqueue_job(
                 SUMMARIZE_JOB,
                 user_id,
                 session_id,
                 _job_id=job_id(args.namespace, user_id, session_id, episode),
                 _queue_name=self._queue_name,
                 _defer_by=self._delay if delay is None else delay,
+                _expires=JOB_EXPIRES,
                 **args.as_kwargs(),
             )
+        )
         return job is not None
 
     async def aclose(self) -> None:
@@ -143,11 +160,12 @@ class SummaryQueue:
 class QueueStats:
     """Counters, recent failures and lag samples, on the queue's Redis.
 
-    ``ns:q:stats``     HASH  counters (jobs, summaries, messages_summarized, failures, ...)
-    ``ns:q:failures``  LIST  msgpack records of jobs that failed their last try
-    ``ns:q:lag``       LIST  recent summarization lags in ms (write that made the
-                             session due -> summary commit)
-    ``ns:q:sweep``     STRING the reconcile sweep's SCAN cursor
+    ``redismem/q:ns:stats``     HASH  counters (jobs, summaries, messages_summarized,
+                                      failures, ...)
+    ``redismem/q:ns:failures``  LIST  msgpack records of jobs that failed their last try
+    ``redismem/q:ns:lag``       LIST  recent summarization lags in ms (write that made
+                                      the session due -> summary commit)
+    ``redismem/q:ns:sweep``     STRING the reconcile sweep's SCAN cursor (memory Redis)
     Every key carries a TTL (7 days, refreshed on update).
     """
 

@@ -1,9 +1,17 @@
-"""Lua scripts, loaded from ``scripts/*.lua`` and run with EVALSHA.
+"""The session scripts, and their one owner: ``SessionScripts``.
 
-Each script file opens with its ``KEYS[]``/``ARGV[]`` contract. Scripts that
-work on a session are prefixed with ``_common.lua``. They are registered with
-``register_script`` so a server that lost its script cache (restart,
-failover, ``SCRIPT FLUSH``) gets them reloaded on ``NOSCRIPT`` transparently.
+Each Lua file in ``scripts/`` opens with its ``KEYS[]``/``ARGV[]`` contract.
+Scripts that work on a session are prefixed with ``_common.lua``. They are
+registered with ``register_script`` so a server that lost its script cache
+(restart, failover, ``SCRIPT FLUSH``) gets them reloaded on ``NOSCRIPT``
+transparently.
+
+``SessionScripts`` has one method per script, taking typed arguments and
+returning a named result; every call goes through the client's
+``CallPolicy`` (bounded time, retries, errors mapped into redismem's tree).
+The client, the summarization pass and the workers use it; nothing else
+calls a script. Every script is idempotent, so a retried call is harmless:
+writes carry a write id, commits a compare-and-set.
 
 The scripts use only what both real Redis 7 and the embedded backend's Lua
 provide: no ``cmsgpack``, ``struct`` or ``bit``.
@@ -11,15 +19,34 @@ provide: no ``cmsgpack``, ``struct`` or ``bit``.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["ScriptSet", "script_source"]
+from .connection import CallPolicy
+from .errors import StoreFull
+from .keys import SessionKeys
+
+__all__ = [
+    "CommitResult",
+    "PrepareResult",
+    "ReadResult",
+    "SessionScripts",
+    "SnapshotResult",
+    "WriteResult",
+    "script_source",
+]
+
+logger = logging.getLogger(__name__)
 
 _WITH_COMMON = ("write", "read", "snapshot", "clear", "prepare", "commit")
 _PLAIN = ("sessions", "settle")
+#: Seconds between two log lines about reads that could not slide the TTL.
+_FULL_LOG_EVERY = 60.0
 
 
 @cache
@@ -32,20 +59,210 @@ def script_source(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ScriptSet:
-    """The registered scripts of one Redis client."""
+class WriteResult:
+    first_seq: int
+    created_ms: int
+    stored: int
+    trimmed: int
+    #: When this write made the session newly due for summarization, the
+    #: time it did (the job's episode); else 0.
+    pending_since: int
+    pending: bool
+    #: The write id had been applied already; this call changed nothing.
+    duplicate: bool
 
-    write: Any
-    read: Any
-    snapshot: Any
-    clear: Any
-    prepare: Any
-    commit: Any
-    sessions: Any
-    settle: Any
 
-    @classmethod
-    def register(cls, redis: Any) -> ScriptSet:
-        return cls(
-            **{name: redis.register_script(script_source(name)) for name in _WITH_COMMON + _PLAIN}
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    first_seq: int
+    messages: list[bytes]
+    covering: list[bytes]
+    summary: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResult:
+    seq: int
+    length: int
+    entries: list[bytes]
+    messages: list[bytes]
+    accessed_ms: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    """What a summarization pass reads; ``seq`` is 0 when the session is gone."""
+
+    seq: int
+    wm: int
+    length: int
+    summary: bytes | None
+    pending_since: str
+    first_seq: int
+    messages: list[bytes]
+    covering: list[bytes]
+    gen: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    #: "committed", "stale" (another pass committed first) or "gone" (the
+    #: session was cleared or expired, maybe written again, since the pass read it).
+    status: str
+    still_pending: bool
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SessionScripts:
+    """The session scripts of one Redis client, run under one ``CallPolicy``."""
+
+    def __init__(self, redis: Any, policy: CallPolicy) -> None:
+        self._policy = policy
+        self._scripts = {
+            name: redis.register_script(script_source(name)) for name in _WITH_COMMON + _PLAIN
+        }
+        self._full_logged_at = 0.0
+
+    @property
+    def policy(self) -> CallPolicy:
+        return self._policy
+
+    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Awaitable[Any]:
+        script = self._scripts[name]
+        return self._policy.run(lambda: script(keys=keys, args=args))
+
+    async def _refreshing(self, call: Callable[[int], Awaitable[Any]], refresh_ttl: int) -> Any:
+        """Run a read that slides the TTL; when Redis is full (noeviction),
+        read without sliding it rather than fail."""
+        try:
+            return await call(refresh_ttl)
+        except StoreFull:
+            if refresh_ttl < 0:
+                raise
+            now = time.monotonic()
+            if now - self._full_logged_at > _FULL_LOG_EVERY:
+                self._full_logged_at = now
+                logger.warning(
+                    "Redis is out of memory: reads are served without sliding session TTLs "
+                    "(logged at most once a minute)"
+                )
+            return await call(-1)
+
+    async def write(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        write_id: str,
+        ttl_ms: int,
+        max_messages: int,
+        entry_tail: bytes,
+        token_count: int,
+        summarize: str,
+        tags: Mapping[str, str],
+        messages: Sequence[bytes],
+    ) -> WriteResult:
+        flat_tags = [part for pair in tags.items() for part in pair]
+        args = [
+            ttl_ms,
+            max_messages,
+            session_id,
+            entry_tail,
+            token_count,
+            summarize,
+            write_id,
+            len(tags),
+            *flat_tags,
+            *messages,
+        ]
+        first, created, stored, trimmed, since, pending, duplicate = await self._call(
+            "write", keys.script_keys(), args
         )
+        return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
+
+    async def read(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        limit: int,
+        max_tokens: int,
+        refresh_ttl: int,
+        with_summary: bool,
+    ) -> ReadResult:
+        def call(ttl: int) -> Awaitable[Any]:
+            args = [limit, max_tokens, ttl, session_id, "1" if with_summary else "0"]
+            return self._call("read", keys.script_keys(), args)
+
+        first_seq, raw, covering, summary = await self._refreshing(call, refresh_ttl)
+        return ReadResult(first_seq, raw, covering, summary or None)
+
+    async def snapshot(
+        self, keys: SessionKeys, *, session_id: str, refresh_ttl: int, with_messages: bool
+    ) -> SnapshotResult:
+        def call(ttl: int) -> Awaitable[Any]:
+            args = [ttl, session_id, "1" if with_messages else "0"]
+            return self._call("snapshot", keys.script_keys(), args)
+
+        seq, length, entries, msgs, accessed, created = await self._refreshing(call, refresh_ttl)
+        return SnapshotResult(seq, length, entries, msgs, accessed, created)
+
+    async def sessions(
+        self, sessions_key: str, tagidx_key: str, prefixes: Sequence[bytes]
+    ) -> list[tuple[str, float]]:
+        """``(session id, deadline ms)`` of live sessions having every tag prefix."""
+        flat = await self._call("sessions", [sessions_key, tagidx_key], prefixes)
+        return [(flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    async def clear(self, keys: SessionKeys, *, session_id: str) -> int:
+        removed: int = await self._call("clear", keys.script_keys(), [session_id])
+        return removed
+
+    async def prepare(
+        self, keys: SessionKeys, *, session_id: str, keep_recent: int, cap: int
+    ) -> PrepareResult:
+        seq, wm, length, summary, since, first, raw, covering, gen = await self._call(
+            "prepare", keys.script_keys(), [keep_recent, cap, session_id]
+        )
+        return PrepareResult(
+            seq, wm, length, summary or None, _text(since), first, raw, covering, _text(gen)
+        )
+
+    async def commit(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        read: PrepareResult,
+        until_seq: int,
+        summarized: int,
+        summary: bytes,
+        compact: bool,
+        keep_recent: int,
+        batch: int,
+    ) -> CommitResult:
+        args = [
+            read.wm,
+            until_seq,
+            summarized,
+            summary,
+            "1" if compact else "0",
+            keep_recent,
+            batch,
+            session_id,
+            read.pending_since,
+            read.gen,
+        ]
+        status, still = await self._call("commit", keys.script_keys(), args)
+        name = {1: "committed", 0: "stale", -1: "gone"}[status]
+        return CommitResult(name, bool(still))
+
+    async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
+        cleared = await self._call("settle", [keys.meta, keys.pending], [seq, session_id, gen])
+        return bool(cleared)

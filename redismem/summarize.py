@@ -3,10 +3,12 @@
 A pass reads the backlog after the summary watermark and before the recent
 window (never ending between an assistant tool call and its results), asks
 the summarizer for the new summary, and commits with compare-and-set on the
-watermark: new summary, advanced watermark and (with ``compact``) removal of
-exactly the summarized messages, in one script. Nothing is written before
-that script runs, so a pass that dies or fails leaves the session as it was,
-and a second pass over the same backlog loses the compare-and-set.
+watermark and the session's incarnation: new summary, advanced watermark and
+(with ``compact``) removal of exactly the summarized messages, in one script.
+Nothing is written before that script runs, so a pass that dies or fails
+leaves the session as it was, a second pass over the same backlog loses the
+compare-and-set, and a pass over a session that was cleared or expired
+meanwhile (even if written again) commits nothing.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ class SummarizeOutcome:
     summarized: int = 0
     still_pending: bool = False
     lag_ms: int | None = None
-    #: The session's write sequence the pass read (for ``settle_pending``).
+    #: The session's write sequence and incarnation the pass read (for
+    #: ``settle_pending``).
     seq: int = 0
+    gen: str = ""
 
 
 def split_at_tool_boundary(batch: list[Message], following: Message | None) -> list[Message]:
@@ -82,26 +86,24 @@ async def summarize_pass(
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
     keys = memory.layout.session(uid, sid)
-    with memory._errors():
-        seq, wm, _length, raw_summary, since, first, raw, covering = await memory._scripts.prepare(
-            keys=keys.script_keys(), args=[keep_recent, cap, sid]
-        )
-    if not seq:
+    read = await memory.scripts.prepare(keys, session_id=sid, keep_recent=keep_recent, cap=cap)
+    if not read.seq:
         return SummarizeOutcome("gone")
-    if not raw:
-        return SummarizeOutcome("idle", seq=seq)
-    last = min(seq - keep_recent, first + cap - 1)
-    created = codec.parse_covering(covering, keys.entries)
-    messages = memory._decode_messages(keys.msgs, raw, first, created)
+    if not read.messages:
+        return SummarizeOutcome("idle", seq=read.seq, gen=read.gen)
+    first = read.first_seq
+    last = min(read.seq - keep_recent, first + cap - 1)
+    created = codec.parse_covering(read.covering, keys.entries)
+    messages = memory.decode_messages(keys.msgs, read.messages, first, created)
     count = last - first + 1
     todo = split_at_tool_boundary(
         messages[:count], messages[count] if len(messages) > count else None
     )
     if not todo:
         # Every cut would split an unfinished tool sequence: wait for its results.
-        return SummarizeOutcome("idle", seq=seq)
+        return SummarizeOutcome("idle", seq=read.seq, gen=read.gen)
 
-    previous = codec.decode_summary(raw_summary, keys.summary) if raw_summary else None
+    previous = codec.decode_summary(read.summary, keys.summary) if read.summary else None
     try:
         text = await asyncio.wait_for(
             summarizer.summarize(previous["text"] if previous else None, todo), summarizer_timeout
@@ -119,35 +121,31 @@ async def summarize_pass(
     total = (previous["message_count"] if previous else 0) + len(todo)
     now_ms = int(time.time() * 1000)
     blob = codec.encode_summary(text, total, until, now_ms)
-    with memory._errors():
-        status, still = await memory._scripts.commit(
-            keys=keys.script_keys(),
-            args=[
-                wm,
-                until,
-                len(todo),
-                blob,
-                "1" if compact else "0",
-                keep_recent,
-                batch,
-                sid,
-                since.decode() if isinstance(since, bytes) else (since or ""),
-            ],
-        )
-    if status == -1:
+    result = await memory.scripts.commit(
+        keys,
+        session_id=sid,
+        read=read,
+        until_seq=until,
+        summarized=len(todo),
+        summary=blob,
+        compact=compact,
+        keep_recent=keep_recent,
+        batch=batch,
+    )
+    if result.status == "gone":
         return SummarizeOutcome("gone")
-    if status == 0:
+    if result.status == "stale":
         return SummarizeOutcome("stale", still_pending=True)
+    since = read.pending_since
     lag = now_ms - int(float(since)) if since else None
-    return SummarizeOutcome("committed", len(todo), bool(still), lag, seq)
+    return SummarizeOutcome("committed", len(todo), result.still_pending, lag, read.seq, read.gen)
 
 
-async def settle_pending(memory: Memory, *, user_id: str, session_id: str, seq: int) -> bool:
+async def settle_pending(
+    memory: Memory, *, user_id: str, session_id: str, seq: int, gen: str
+) -> bool:
     """Clear the pending mark after an idle or gone pass, unless a write
-    arrived after the pass read ``seq`` (that write's backlog keeps it)."""
+    arrived after the pass read ``seq`` of incarnation ``gen`` (that write's
+    backlog keeps it)."""
     keys = memory.layout.session(user_id, session_id)
-    with memory._errors():
-        cleared = await memory._scripts.settle(
-            keys=[keys.meta, keys.pending], args=[seq, session_id]
-        )
-    return bool(cleared)
+    return await memory.scripts.settle(keys, session_id=session_id, seq=seq, gen=gen)

@@ -17,10 +17,16 @@ CLI = [sys.executable, "-m", "redismem"]
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 90
+    *args: str, env: dict[str, str] | None = None, timeout: float = 90, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [*CLI, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=cwd,
     )
 
 
@@ -49,14 +55,27 @@ def drop_namespace(url: str, namespace: str) -> None:
 
 
 def test_demo_on_real_redis_reports_no_lost_message_and_stats_and_inspect_read_it(
-    redis_url: str,
+    redis_url: str, tmp_path: Path
 ) -> None:
-    env = base_env(REDISMEM_URL=redis_url)
+    # A `workers` package in the working directory must not shadow redismem's.
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "__init__.py").write_text("raise ImportError('not ours')\n")
+    env = base_env(REDISMEM_URL=redis_url, PYTHONPATH=str(Path(__file__).parents[1]))
     result = run_cli(
-        "demo", "--agents", "3", "--workers", "1", "--duration", "4", "--keep", env=env
+        "demo",
+        "--agents",
+        "3",
+        "--workers",
+        "1",
+        "--duration",
+        "4",
+        "--keep",
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
+    assert "\r" not in out and "\x1b" not in out  # stdout is not a terminal: plain lines
     namespace = re.search(r"ns (demo-[0-9a-f]+)", out)
     assert namespace, out
     ns = namespace.group(1)
@@ -73,7 +92,7 @@ def test_demo_on_real_redis_reports_no_lost_message_and_stats_and_inspect_read_i
         assert re.match(r"\d+ ms / \d+ ms", report_value(out, "summarization lag p50 / p95"))
 
         stats = run_cli(
-            "stats", "--namespace", ns, env=env | {"REDISMEM_QUEUE_NAME": f"{ns}:queue"}
+            "stats", "--namespace", ns, env=env | {"REDISMEM_QUEUE_NAME": f"redismem/queue-{ns}"}
         )
         assert stats.returncode == 0, stats.stderr
         assert re.search(r"summaries committed\s+[1-9]\d*", stats.stdout), stats.stdout
@@ -104,7 +123,7 @@ def test_worker_check_fails_without_a_worker_and_passes_with_one(
     env = base_env(
         REDISMEM_URL=redis_url,
         REDISMEM_NAMESPACE=namespace,
-        REDISMEM_QUEUE_NAME=f"{namespace}:queue",
+        REDISMEM_QUEUE_NAME=f"redismem/queue-{namespace}",
     )
     assert run_cli("worker", "--check", env=env).returncode != 0
     worker: Any = subprocess.Popen(

@@ -109,7 +109,6 @@ def test_namespace_pattern_stays_inside_the_namespace():
     layout = KeyLayout("redismem")
     pattern = layout.namespace_pattern()
     assert fnmatchcase(layout.sessions("a"), pattern)
-    assert fnmatchcase(layout.queue_key("stats"), pattern)
     for foreign in ("redismem2:{u:a}:sessions", "redismem", "xredismem:a", "other:{x}"):
         assert not fnmatchcase(foreign, pattern)
 
@@ -149,7 +148,29 @@ def test_unescape_rejects_what_escape_never_produces(bad):
 def test_valid_namespaces(namespace):
     layout = KeyLayout(namespace)
     assert layout.sessions("u").startswith(namespace + ":{u:")
-    assert layout.queue_key("x") == f"{namespace}:q:x"
+    assert layout.queue_key("x") == f"redismem/q:{namespace}:x"
+
+
+@pytest.mark.parametrize("namespace", ["a", "redismem", "q", "arq-x"])
+def test_queue_keys_lie_outside_every_namespace(namespace):
+    """clear_all SCANs ``ns:*``: the work queue (arq's keys and ours) must not match."""
+    layout = KeyLayout(namespace)
+    queue_keys = [
+        layout.queue_key("stats"),
+        "redismem/queue",
+        "redismem/queue:health-check",
+        "arq:job:sum:x",
+        "arq:in-progress:sum:x",
+    ]
+    for key in queue_keys:
+        assert not fnmatchcase(key, layout.namespace_pattern())
+    assert layout.owns_queue_name(f"{namespace}:queue")
+    assert not layout.owns_queue_name("redismem/queue")
+
+
+def test_the_arq_namespace_is_reserved():
+    with pytest.raises(InvalidInput, match="reserved"):
+        KeyLayout("arq")
 
 
 @pytest.mark.parametrize(

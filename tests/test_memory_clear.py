@@ -17,7 +17,7 @@ async def test_clear_removes_one_session(make_memory, raw):
     kept_before = await snapshot(raw, layout.user_prefix("default") + "s:kept:*")
 
     removed = await mem.clear(session_id="gone")
-    assert removed == 4  # msgs, meta, entries, tags
+    assert removed == 5  # msgs, meta, entries, tags, writes
     assert await keys_matching(raw, layout.user_prefix("default") + "s:gone:*") == []
     assert await mem.read(session_id="gone") == []
     assert await mem.entries(session_id="gone") == []
@@ -49,7 +49,7 @@ async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(make_me
         for sid in ("s1", "s2"):
             await mem.write([user(f"{uid}/{sid}")], session_id=sid, user_id=uid, tags={"t": uid})
     alice_keys = await keys_matching(raw, mem.layout.user_pattern("alice"))
-    assert len(alice_keys) == 10
+    assert len(alice_keys) == 12
     everything_before = await snapshot(raw)
     others_before = {k: v for k, v in everything_before.items() if k not in alice_keys}
 
@@ -68,7 +68,7 @@ async def test_clear_user_with_more_keys_than_one_scan_batch(make_memory, raw):
     for i in range(160):
         await mem.write([user("x")], session_id=f"s{i}", user_id="many", tags={"i": str(i)})
     await mem.write([user("y")], session_id="s0", user_id="few")
-    assert await mem.clear_user("many") == 160 * 4 + 2
+    assert await mem.clear_user("many") == 160 * 5 + 2
     assert await keys_matching(raw, mem.layout.user_pattern("many")) == []
     assert len(await mem.read(session_id="s0", user_id="few")) == 1
 

@@ -12,6 +12,7 @@ from helpers import Snapshot, keys_matching, pttls, snapshot, user
 
 from redismem import InvalidInput, Memory, Message, RedisMemError
 from redismem.keys import MAX_ID_BYTES
+from redismem.validation import MAX_DEPTH
 
 SMALL_LIMIT = 1000
 
@@ -45,6 +46,21 @@ class _Unpackable:
     pass
 
 
+def _nested(depth: int) -> Any:
+    """``depth`` lists and dicts nested in one another."""
+    value: Any = "leaf"
+    for i in range(depth):
+        value = {"k": value} if i % 2 else [value]
+    return value
+
+
+_LOOP: dict[str, Any] = {}
+_LOOP["again"] = _LOOP
+#: A Message validated, then poisoned in place: write() validates it again.
+_MUTATED = Message(role="user", content="x")
+_MUTATED.metadata["d"] = {(1, 2): "x"}
+
+
 BAD_WRITES: dict[str, tuple[Any, dict[str, Any]]] = {
     # messages
     "unknown role": ([{"role": "robot", "content": "x"}], {}),
@@ -61,9 +77,51 @@ BAD_WRITES: dict[str, tuple[Any, dict[str, Any]]] = {
         {},
     ),
     "metadata not dict": ([{"role": "user", "content": "x", "metadata": "m"}], {}),
-    "metadata unpackable": ([{"role": "user", "metadata": {"o": _Unpackable()}}], {}),
-    "metadata datetime": ([{"role": "user", "metadata": {"t": datetime(2020, 1, 1)}}], {}),
-    "metadata huge int": ([{"role": "user", "metadata": {"n": 2**70}}], {}),
+    "metadata unpackable": ([user("x", metadata={"o": _Unpackable()})], {}),
+    "metadata datetime": ([user("x", metadata={"t": datetime(2020, 1, 1)})], {}),
+    "metadata huge int": ([user("x", metadata={"n": 2**70})], {}),
+    # metadata that would not come back as given (issue 7, defect 5)
+    "metadata nested tuple key": ([user("x", metadata={"d": {(1, 2): "x"}})], {}),
+    "metadata nested int key": ([user("x", metadata={"d": {1: "x"}})], {}),
+    "metadata tuple": ([user("x", metadata={"t": (1, 2)})], {}),
+    "metadata bytes": ([user("x", metadata={"b": b"x"})], {}),
+    "metadata nan": ([user("x", metadata={"f": float("nan")})], {}),
+    "metadata inf": ([user("x", metadata={"f": [float("-inf")]})], {}),
+    "metadata nested huge int": ([user("x", metadata={"l": [-(2**63) - 1]})], {}),
+    "metadata lone surrogate key": ([user("x", metadata={"d": {"\ud800": 1}})], {}),
+    "metadata too deep": ([user("x", metadata={"d": _nested(MAX_DEPTH)})], {}),
+    "metadata hostile depth": ([user("x", metadata={"d": _nested(100_000)})], {}),
+    "metadata self reference": ([user("x", metadata=_LOOP)], {}),
+    "metadata mutated after validation": ([_MUTATED], {}),
+    "second message poisoned": ([user("ok"), user("x", metadata={"d": {(1,): 2}})], {}),
+    "tool args nested tuple key": (
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "name": "f", "arguments": {"d": {(1,): 2}}}],
+            }
+        ],
+        {},
+    ),
+    "tool args nan": (
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "name": "f", "arguments": {"x": float("nan")}}],
+            }
+        ],
+        {},
+    ),
+    # content: only an assistant message with tool calls may leave it out
+    "user without content": ([{"role": "user"}], {}),
+    "user without content, with metadata": ([{"role": "user", "metadata": {"k": "v"}}], {}),
+    "tool result without content": ([{"role": "tool", "tool_call_id": "c"}], {}),
+    "system without content": ([{"role": "system"}], {}),
+    "assistant without content or tool calls": ([{"role": "assistant"}], {}),
+    "assistant tool call content None": (
+        [{"role": "assistant", "content": None, "tool_calls": [{"id": "c", "name": "f"}]}],
+        {},
+    ),
     "tool args unpackable": (
         [
             {
@@ -138,6 +196,49 @@ async def test_bad_write_is_rejected_and_writes_nothing(seeded, raw, case):
         await small.write(messages, **kwargs)
     _expect_invalid(info)
     await _assert_unchanged(raw, before, ttl)
+
+
+async def test_poisoned_metadata_is_rejected_and_the_session_stays_readable(seeded, raw):
+    """Issue 7, defect 5: ``{"d": {(1, 2): "x"}}`` was stored, then every read of
+    the session raised ``CorruptData``."""
+    mem, _, before, ttl = seeded
+    poisoned = [user("x", metadata={"d": {(1, 2): "x"}})]
+    with pytest.raises(
+        InvalidInput, match=r"(?s)messages\[0\] is invalid.*metadata\['d'\] has a key"
+    ):
+        await mem.write(poisoned, session_id="s", tags={"k": "v"})
+    await _assert_unchanged(raw, before, ttl)
+    assert [m.content for m in await mem.read(session_id="s")] == ["a", "b"]
+    assert len(await mem.entries(session_id="s")) == 1
+
+
+async def test_what_is_accepted_comes_back_exactly(make_memory):
+    mem = await make_memory()
+    metadata = {
+        "bounds": [-(2**63), 2**64 - 1, -0.0, 1e308, 5e-324],
+        "scalars": {"none": None, "yes": True, "no": False, "text": "é🚀\x00"},
+        "deep": _nested(MAX_DEPTH - 1),
+        "empty": [{}, [], ""],
+    }
+    written = [
+        user("q", metadata=metadata),
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "name": "f", "arguments": metadata}],
+            "metadata": {"k": [1]},
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "", "metadata": {}},
+        Message(role="assistant", tool_calls=[{"id": "d", "name": "g", "arguments": "{}"}]),
+    ]
+    entry = await mem.write(written, session_id="s")
+    got = await mem.read(session_id="s")
+    assert got == entry.messages
+    assert got[0].metadata == metadata
+    assert repr(got[0].metadata) == repr(metadata)  # same types, not just equal
+    assert got[1].content == "" and got[1].tool_calls[0].arguments == metadata
+    assert [m.to_chat() for m in got] == [
+        Message.model_validate(m).to_chat() if isinstance(m, dict) else m.to_chat() for m in written
+    ]
 
 
 async def test_default_size_limit_is_one_mebibyte(seeded, raw):
@@ -335,7 +436,7 @@ async def test_hostile_user_ids_cannot_reach_another_user(make_memory, raw):
         assert await mem.sessions(user_id=attacker, tags={"k": "v"}) == []
         assert await mem.clear(session_id="s", user_id=attacker) == 0
         await mem.write([user("attack")], session_id="s", user_id=attacker)
-        assert await mem.clear_user(attacker) == 4
+        assert await mem.clear_user(attacker) == 5
     assert await snapshot(raw, mem.layout.user_pattern("a")) == a_before
     assert [m.content for m in await mem.read(session_id="s", user_id="a")] == ["a's secret"]
 
@@ -346,9 +447,9 @@ async def test_clear_user_of_hostile_ids_touches_only_that_user(make_memory, raw
         await mem.write([user(hostile)], session_id="s", user_id=hostile, tags={"t": "1"})
     for victim in ("*", "a}", "[a-z]", "%41", "{u:a}"):
         victim_keys = await keys_matching(raw, mem.layout.user_pattern(victim))
-        assert len(victim_keys) == 6  # 4 session keys, sessions and tagidx
+        assert len(victim_keys) == 7  # 5 session keys, sessions and tagidx
         before = {k: v for k, v in (await snapshot(raw)).items() if k not in victim_keys}
-        assert await mem.clear_user(victim) == 6
+        assert await mem.clear_user(victim) == 7
         assert await snapshot(raw) == before
         assert await mem.read(session_id="s", user_id=victim) == []
     assert [m.content for m in await mem.read(session_id="s", user_id="A")] == ["A"]

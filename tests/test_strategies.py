@@ -366,7 +366,9 @@ TEXT = st.builds(
 ARGUMENTS = st.one_of(
     TEXT,
     st.dictionaries(
-        st.sampled_from(["city", "q", "limit"]), st.one_of(TEXT, st.integers()), max_size=3
+        st.sampled_from(["city", "q", "limit"]),
+        st.one_of(TEXT, st.integers(-(2**63), 2**64 - 1)),
+        max_size=3,
     ),
 )
 TOKEN_COUNT = st.one_of(st.none(), st.none(), st.none(), st.integers(0, 60))

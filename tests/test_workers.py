@@ -69,7 +69,7 @@ def llm() -> Iterator[Callable[..., FakeChatServer]]:
 @pytest.fixture
 def queue_name(namespace: str) -> str:
     # Contains the namespace, so the conftest cleanup deletes the queue too.
-    return f"{namespace}:queue"
+    return f"redismem/queue-{namespace}"
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -385,7 +385,7 @@ async def test_summarizer_that_always_fails_is_recorded_and_given_up(
     await memory.write(written, session_id=SID)
     session_pattern = memory.layout.session("default", SID).msgs.removesuffix("msgs") + "*"
     before = await snapshot(raw, session_pattern)
-    assert {k.rsplit(b":", 1)[1] for k in before} == {b"msgs", b"meta", b"entries"}
+    assert {k.rsplit(b":", 1)[1] for k in before} == {b"msgs", b"meta", b"entries", b"writes"}
 
     async def failed() -> list[dict[str, Any]]:
         await assert_invariant(memory, SID, written=30)
@@ -511,7 +511,7 @@ async def test_in_process_worker_closes_without_warnings(namespace: str) -> None
         f"memory://{namespace}",
         summarizer=TruncationSummarizer(),
         namespaces=[namespace],
-        queue_name=f"{namespace}:queue",
+        queue_name=f"redismem/queue-{namespace}",
     )
     await worker.start()
     await asyncio.sleep(0.2)
@@ -602,3 +602,51 @@ async def test_concurrent_jobs_llm_calls_do_not_wait_for_threads(
 
     await eventually(all_summarized, within=6, what="16 summaries", describe=workers.logs)
     assert server.count == 16  # no call failed and was retried
+
+
+@pytest.mark.parametrize("how", ["clear", "clear_user"])
+async def test_job_of_a_cleared_session_commits_nothing_into_its_new_incarnation(
+    memory_factory: Any,
+    raw: Any,
+    redis_url: str,
+    namespace: str,
+    queue_name: str,
+    workers: Any,
+    llm: Any,
+    how: str,
+) -> None:
+    """Issue 7, defect 1, with a real worker: the summary of a cleared
+    conversation never reaches the session written after the clear."""
+    hold = threading.Event()
+
+    def responder(index: int, request: RecordedRequest) -> Reply:
+        return Reply(content="summary of the cleared conversation", hold=hold)
+
+    server = llm(responder)
+    workers.start(worker_env(redis_url, namespace, queue_name, **llm_env(server)))
+    memory = await memory_factory(
+        redis_url, keep_recent=5, summarize_batch=10, summarize_delay=0.1, queue_name=queue_name
+    )
+    for i in range(25):
+        await memory.write([user(f"old {i}")], session_id=SID)
+    await server.wait_requests(1)  # the worker is summarizing the old conversation
+
+    if how == "clear":
+        await memory.clear(session_id=SID)
+    else:
+        await memory.clear_user("default")
+    for i in range(5):
+        await memory.write([user(f"new {i}")], session_id=SID)
+    hold.set()
+
+    async def job_done() -> bool:
+        return not await summary_jobs(raw, queue_name)
+
+    await eventually(job_done, what="the job to end", describe=workers.logs)
+    new = [f"new {i}" for i in range(5)]
+    assert [m.content for m in await memory.read(session_id=SID)] == new
+    context = await memory.context(session_id=SID)
+    assert context.summary is None
+    assert [m.content for m in context.messages] == new
+    stats = await QueueStats(raw, memory.layout).snapshot()
+    assert stats["counters"].get("summaries", 0) == 0

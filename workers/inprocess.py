@@ -57,10 +57,9 @@ class InProcessWorker:
     async def start(self) -> None:
         from redismem.queue import SummaryQueue
 
-        ctx = worker_ctx(self._summarizer)
+        ctx = worker_ctx(self._summarizer, url=self._url)
         ctx.update(
-            memory_url=self._url,
-            queue_url=self._url,
+            queue_name=self._queue_name,
             queue=SummaryQueue(self._url, queue_name=self._queue_name),
         )
         if self._namespaces:
@@ -82,6 +81,13 @@ class InProcessWorker:
             ctx=ctx,
         )
         self._task = asyncio.create_task(self._worker.async_run())
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that stopped the worker, if one did."""
+        if self._task is None or not self._task.done() or self._task.cancelled():
+            return None
+        return self._task.exception()
 
     async def aclose(self) -> None:
         if self._worker is not None:

@@ -3,6 +3,24 @@
 Both run in arq worker processes and take their shared resources from
 ``ctx`` (see ``workers.settings``): one ``Memory`` per namespace, the
 summarizer, and the queue's Redis for stats.
+
+How a summarization job ends when it fails (every Redis call goes through the
+``Memory``'s call policy, so redis-py errors arrive mapped into redismem's tree):
+
+* ``SummarizerError`` or ``StoreUnavailable`` (the LLM endpoint or Redis is
+  away; a retry may succeed): retried with backoff (``retry_delay``), at most
+  ``MAX_TRIES`` tries in all; then the failure is recorded for ``redismem
+  stats``. A summarizer that kept failing also has its pending mark cleared
+  (the session's next due write tries again); while Redis is unreachable the
+  mark is left, so the reconcile sweep enqueues the session once it is back.
+* Anything else (``CorruptData``, ``InvalidInput``, ``StoreError``, or a bug):
+  a retry cannot help, so the failure is recorded at once (its text names the
+  type and, for corrupt data, the key) and the pending mark is cleared. The
+  sweep only enqueues marked sessions, so a poisoned session is not retried
+  forever; a later write that makes it due again tries once more.
+
+A job whose session is no longer marked pending when it starts (settled,
+cleared or given up meanwhile) does nothing.
 """
 
 from __future__ import annotations
@@ -10,20 +28,23 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from arq import Retry
 
 from redismem import Memory
-from redismem.errors import RedisMemError, SummarizerError
+from redismem.errors import CorruptData, RedisMemError, StoreUnavailable, SummarizerError
+from redismem.keys import KeyLayout, validate_id
 from redismem.queue import QueueStats, SummarizeArgs, SummaryQueue
 from redismem.summarize import settle_pending, summarize_pass
 
-__all__ = ["reconcile_pending", "summarize_session"]
+__all__ = ["MAX_TRIES", "reconcile_pending", "retry_delay", "summarize_session"]
 
 logger = logging.getLogger(__name__)
 
-#: Tries before a failing summarization is recorded and given up.
+#: Tries before a transient failure (summarizer, Redis unreachable) is
+#: recorded and given up.
 MAX_TRIES = 4
 #: arq's timeout for a summarization job. Short, so arq re-runs the job of a
 #: crashed worker soon (its in-progress key lives job_timeout + 10 s); a job
@@ -33,6 +54,13 @@ JOB_TIMEOUT_S = max(1, int(float(os.environ.get("REDISMEM_JOB_TIMEOUT", "45"))))
 SWEEP_GRACE_MS = int(float(os.environ.get("REDISMEM_SWEEP_GRACE", "30")) * 1000)
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
+#: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
+TRANSIENT_ERRORS = (SummarizerError, StoreUnavailable)
+
+
+def retry_delay(tries: int) -> float:
+    """Seconds before the next try after ``tries`` failed ones (1, 2, 4, ... 30)."""
+    return float(min(30.0, 0.5 * 2**tries))
 
 
 async def memory_for(ctx: dict[str, Any], namespace: str) -> Memory:
@@ -43,8 +71,42 @@ async def memory_for(ctx: dict[str, Any], namespace: str) -> Memory:
     return memories[namespace]
 
 
-def stats_for(ctx: dict[str, Any], memory: Memory) -> QueueStats:
-    return QueueStats(ctx["redis"], memory.layout, ctx.get("queue_url", ""))
+def stats_for(ctx: dict[str, Any], layout: KeyLayout) -> QueueStats:
+    return QueueStats(ctx["redis"], layout, ctx.get("queue_url", ""))
+
+
+async def summarize_args(
+    memory: Memory, namespace: str, user_id: str, session_id: str
+) -> SummarizeArgs | None:
+    """The summarization settings the write that marked the session stored
+    with it, None when the session is gone. ``CorruptData`` if unreadable."""
+    meta = memory.layout.session(user_id, session_id).meta
+    raw = await memory.call(lambda redis: redis.hget(meta, "sumcfg"))
+    if raw is None:
+        return None
+    try:
+        return SummarizeArgs.decode(namespace, raw.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptData(meta, f"summarization settings {raw[:40]!r}: {exc}") from exc
+
+
+async def clear_mark(memory: Memory, user_id: str, session_id: str) -> None:
+    """Remove the session's pending mark (idempotent)."""
+    pending = memory.layout.pending(user_id)
+    await memory.call(lambda redis: redis.zrem(pending, session_id))
+
+
+def failure_text(exc: BaseException) -> str:
+    """The error of a failure record: its type, then its text (which, for
+    ``CorruptData``, names the key)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Progress:
+    status: str = "ok"
+    summarized: int = 0
+    passes: int = 0
 
 
 async def summarize_session(
@@ -58,66 +120,133 @@ async def summarize_session(
     compact: bool = True,
 ) -> dict[str, Any]:
     """Summarize a session's backlog until it is no longer due (or the time
-    budget runs out, then re-enqueue). Failures retry with backoff; the last
-    try records the failure for ``redismem stats`` and clears the mark."""
-    memory = await memory_for(ctx, namespace)
-    layout = memory.layout
-    if keep_recent is None or batch is None:
-        raw = await memory.redis.hget(layout.session(user_id, session_id).meta, "sumcfg")
-        if raw is None:
-            await memory.redis.zrem(layout.pending(user_id), session_id)
-            return {"status": "gone"}
-        args = SummarizeArgs.decode(namespace, raw.decode())
-    else:
-        args = SummarizeArgs(namespace, keep_recent, batch, compact)
-    stats = stats_for(ctx, memory)
-    summarized, passes = 0, 0
-    summarizer_timeout = float(ctx.get("summarizer_timeout", 30.0))
-    deadline = time.monotonic() + JOB_TIMEOUT_S - summarizer_timeout - 5
+    budget runs out, then re-enqueue). How failures end: see the module
+    docstring."""
+    tries = int(ctx.get("job_try", 1))
+    progress = _Progress()
     try:
-        while True:
-            outcome = await summarize_pass(
-                memory,
-                ctx["summarizer"],
-                user_id=user_id,
-                session_id=session_id,
-                keep_recent=args.keep_recent,
-                batch=args.batch,
-                compact=args.compact,
-                summarizer_timeout=summarizer_timeout,
-            )
-            passes += 1
-            if outcome.status == "committed":
-                summarized += outcome.summarized
-                await stats.record_commit(outcome.summarized, outcome.lag_ms)
-            elif outcome.status == "stale":
-                await stats.incr(stale_commits=1)
-            if outcome.status in ("idle", "gone"):
-                # Nothing to summarize now: clear the mark so the next write
-                # that makes the session due enqueues again, unless a write
-                # arrived meanwhile; then look again.
-                if await settle_pending(
-                    memory, user_id=user_id, session_id=session_id, seq=outcome.seq
-                ):
-                    break
-            elif not outcome.still_pending:
-                break
-            if time.monotonic() > deadline:
-                episode = f"{int(time.time() * 1000)}"
-                queue: SummaryQueue = ctx["queue"]
-                await queue.enqueue(user_id, session_id, episode, args, delay=0)
-                break
-    except SummarizerError as exc:
-        tries = int(ctx.get("job_try", 1))
+        await _summarize(ctx, progress, user_id, session_id, namespace, keep_recent, batch, compact)
+    except TRANSIENT_ERRORS as exc:
         if tries < MAX_TRIES:
             logger.warning("summarizing %r failed (try %d): %s", session_id, tries, exc)
-            raise Retry(defer=min(30.0, 0.5 * 2**tries)) from exc
+            raise Retry(defer=retry_delay(tries)) from exc
         logger.error("summarizing %r failed after %d tries: %s", session_id, tries, exc)
-        await stats.record_failure(user_id, session_id, str(exc), tries)
-        await memory.redis.zrem(layout.pending(user_id), session_id)
-        return {"status": "failed", "error": str(exc), "summarized": summarized}
+        # Redis unreachable: keep the mark, for the sweep to enqueue the
+        # session once Redis is back.
+        clear = not isinstance(exc, StoreUnavailable)
+        return await _give_up(ctx, progress, namespace, user_id, session_id, exc, tries, clear)
+    except Exception as exc:
+        # Corrupt data, invalid input, an error reply, a bug: a retry meets it again.
+        logger.error(
+            "summarizing %r failed, not retried: %s",
+            session_id,
+            failure_text(exc),
+            exc_info=not isinstance(exc, RedisMemError),
+        )
+        return await _give_up(ctx, progress, namespace, user_id, session_id, exc, tries, True)
+    return {"status": progress.status, "summarized": progress.summarized, "passes": progress.passes}
+
+
+async def _summarize(
+    ctx: dict[str, Any],
+    progress: _Progress,
+    user_id: str,
+    session_id: str,
+    namespace: str,
+    keep_recent: int | None,
+    batch: int | None,
+    compact: bool,
+) -> None:
+    memory = await memory_for(ctx, namespace)
+    user_id = validate_id(user_id, "user_id")
+    session_id = validate_id(session_id, "session_id")
+    pending = memory.layout.pending(user_id)
+    if await memory.call(lambda redis: redis.zscore(pending, session_id)) is None:
+        # Settled, cleared or given up since this job was enqueued (the sweep
+        # may enqueue a session just as its job ends): nothing to do.
+        progress.status = "not pending"
+        return
+    if keep_recent is None or batch is None:
+        args = await summarize_args(memory, namespace, user_id, session_id)
+        if args is None:
+            await clear_mark(memory, user_id, session_id)
+            progress.status = "gone"
+            return
+    else:
+        args = SummarizeArgs(namespace, keep_recent, batch, compact)
+    stats = stats_for(ctx, memory.layout)
+    summarizer_timeout = float(ctx.get("summarizer_timeout", 30.0))
+    deadline = time.monotonic() + JOB_TIMEOUT_S - summarizer_timeout - 5
+    while True:
+        outcome = await summarize_pass(
+            memory,
+            ctx["summarizer"],
+            user_id=user_id,
+            session_id=session_id,
+            keep_recent=args.keep_recent,
+            batch=args.batch,
+            compact=args.compact,
+            summarizer_timeout=summarizer_timeout,
+        )
+        progress.passes += 1
+        if outcome.status == "committed":
+            progress.summarized += outcome.summarized
+            await stats.record_commit(outcome.summarized, outcome.lag_ms)
+        elif outcome.status == "stale":
+            await stats.incr(stale_commits=1)
+        if outcome.status in ("idle", "gone"):
+            # Nothing to summarize now: clear the mark so the next write
+            # that makes the session due enqueues again, unless a write
+            # arrived meanwhile; then look again.
+            if await settle_pending(
+                memory,
+                user_id=user_id,
+                session_id=session_id,
+                seq=outcome.seq,
+                gen=outcome.gen,
+            ):
+                break
+        elif not outcome.still_pending:
+            break
+        if time.monotonic() > deadline:
+            episode = f"{int(time.time() * 1000)}"
+            queue: SummaryQueue = ctx["queue"]
+            await queue.enqueue(user_id, session_id, episode, args, delay=0)
+            break
     await stats.incr(jobs=1)
-    return {"status": "ok", "summarized": summarized, "passes": passes}
+
+
+async def _give_up(
+    ctx: dict[str, Any],
+    progress: _Progress,
+    namespace: str,
+    user_id: str,
+    session_id: str,
+    exc: BaseException,
+    tries: int,
+    clear: bool,
+) -> dict[str, Any]:
+    """Record the failure for ``redismem stats`` and (with ``clear``) clear
+    the pending mark. Best effort: what fails here is logged, not raised (a
+    raise would only end the job unrecorded)."""
+    error = failure_text(exc)
+    result = {"status": "failed", "error": error, "summarized": progress.summarized}
+    try:
+        layout = KeyLayout(namespace)
+        await stats_for(ctx, layout).record_failure(user_id, session_id, error, tries)
+    except Exception as record_exc:
+        logger.error("could not record the failure of %r: %s", session_id, record_exc)
+    if clear:
+        try:
+            memory = await memory_for(ctx, namespace)
+            await clear_mark(memory, validate_id(user_id, "user_id"), session_id)
+        except Exception as clear_exc:
+            logger.error(
+                "could not clear the pending mark of %r (the sweep will enqueue it again): %s",
+                session_id,
+                clear_exc,
+            )
+    return result
 
 
 async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
@@ -133,31 +262,44 @@ async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     return {"enqueued": enqueued}
 
 
+async def _marked_before(memory: Memory, key: bytes, cutoff: int) -> list[tuple[bytes, float]]:
+    """``(session id, marked at)`` of the marks in ``key`` older than ``cutoff`` (ms)."""
+    due: list[tuple[bytes, float]] = await memory.call(
+        lambda redis: redis.zrangebyscore(key, "-inf", cutoff, withscores=True)
+    )
+    return due
+
+
 async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
     memory = await memory_for(ctx, namespace)
     layout = memory.layout
-    redis = memory.redis
     cursor_key = layout.queue_key("sweep")
-    cursor = int(await redis.get(cursor_key) or 0)
-    cursor, pending_keys = await redis.scan(
-        cursor, match=layout.pending_pattern(), count=SWEEP_COUNT
+    raw_cursor = await memory.call(lambda redis: redis.get(cursor_key))
+    cursor = int(raw_cursor) if raw_cursor and raw_cursor.isdigit() else 0
+    cursor, pending_keys = await memory.call(
+        lambda redis: redis.scan(cursor, match=layout.pending_pattern(), count=SWEEP_COUNT)
     )
-    await redis.set(cursor_key, cursor, px=24 * 3600 * 1000)
+    await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
     cutoff = int(time.time() * 1000) - SWEEP_GRACE_MS
     queue: SummaryQueue = ctx["queue"]
     enqueued = 0
     for key in pending_keys:
         user_id = layout.parse_key(key.decode()).user_id
-        due = await redis.zrangebyscore(key, "-inf", cutoff, withscores=True)
+        due = await _marked_before(memory, key, cutoff)
         for raw_sid, since in due:
             session_id = raw_sid.decode()
-            raw = await redis.hget(layout.session(user_id, session_id).meta, "sumcfg")
-            if raw is None:
-                await redis.zrem(key, raw_sid)
+            try:
+                args = await summarize_args(memory, namespace, user_id, session_id)
+            except CorruptData as exc:
+                # Not retried: recorded once, and the mark cleared.
+                progress = _Progress()
+                await _give_up(ctx, progress, namespace, user_id, session_id, exc, 1, True)
                 continue
-            args = SummarizeArgs.decode(namespace, raw.decode())
+            if args is None:
+                await clear_mark(memory, user_id, session_id)
+                continue
             if await queue.enqueue(user_id, session_id, int(since), args, delay=0):
                 enqueued += 1
     if enqueued:
-        await QueueStats(ctx["redis"], layout).incr(swept=enqueued)
+        await stats_for(ctx, layout).incr(swept=enqueued)
     return enqueued

@@ -1,8 +1,13 @@
 -- Shared helpers, prepended to every script that needs them (see scripts.py).
 -- Session scripts take the same KEYS:
 --   KEYS[1] msgs  KEYS[2] meta  KEYS[3] entries  KEYS[4] tags  KEYS[5] summary
---   KEYS[6] sessions (user index)  KEYS[7] tagidx (user tag index)
---   KEYS[8] pending (user's sessions waiting for summarization)
+--   KEYS[6] writes (write id -> result, for idempotent re-sends)
+--   KEYS[7] sessions (user index)  KEYS[8] tagidx (user tag index)
+--   KEYS[9] pending (user's sessions waiting for summarization)
+-- Errors a script raises on purpose start with a code the client maps:
+--   REDISMEM_CORRUPT <key> <reason>   the session's keys disagree (evicted apart)
+
+local SESSION_KEYS = 6
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -16,10 +21,10 @@ end
 
 -- Give every key of the user index the lifetime of its longest-lived session.
 local function fit_user_ttl()
-  local top = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  local top = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
   if #top == 0 then return end
   local deadline = tonumber(top[2])
-  for i = 6, 8 do
+  for i = 7, 9 do
     if deadline == math.huge then
       redis.call('PERSIST', KEYS[i])
     else
@@ -32,11 +37,11 @@ end
 -- records the deadline so expired sessions can be pruned from it.
 local function touch_session(ttl, now, sid)
   if ttl > 0 then
-    for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
-    redis.call('ZADD', KEYS[6], now + ttl, sid)
+    for i = 1, SESSION_KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+    redis.call('ZADD', KEYS[7], now + ttl, sid)
   else
-    for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
-    redis.call('ZADD', KEYS[6], '+inf', sid)
+    for i = 1, SESSION_KEYS do redis.call('PERSIST', KEYS[i]) end
+    redis.call('ZADD', KEYS[7], '+inf', sid)
   end
   fit_user_ttl()
 end
@@ -44,19 +49,19 @@ end
 -- Remove a session from the user's tag index (forward and reverse members).
 local function untag_session(sid)
   local prefix = 'r' .. lp(sid)
-  local reverse = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. prefix, '(' .. prefix .. '\255')
+  local reverse = redis.call('ZRANGEBYLEX', KEYS[8], '[' .. prefix, '(' .. prefix .. '\255')
   for i = 1, #reverse do
     local pair = string.sub(reverse[i], #prefix + 1)
-    redis.call('ZREM', KEYS[7], reverse[i], 'f' .. pair .. sid)
+    redis.call('ZREM', KEYS[8], reverse[i], 'f' .. pair .. sid)
   end
 end
 
 -- Drop index members of sessions whose deadline has passed (bounded per call).
 local function prune_expired(now)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 16)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 16)
   for i = 1, #expired do
-    redis.call('ZREM', KEYS[6], expired[i])
-    redis.call('ZREM', KEYS[8], expired[i])
+    redis.call('ZREM', KEYS[7], expired[i])
+    redis.call('ZREM', KEYS[9], expired[i])
     untag_session(expired[i])
   end
 end
@@ -93,6 +98,7 @@ local function drop_oldest(drop, last_seq)
   for i = 1, #dropped do tokens = tokens + (token_count(dropped[i]) or 0) end
   redis.call('LTRIM', KEYS[1], drop, -1)
   redis.call('HINCRBY', KEYS[2], 'tokens', -tokens)
+  redis.call('HINCRBY', KEYS[2], 'dropped', #dropped)
   local len = redis.call('LLEN', KEYS[1])
   if len == 0 then
     redis.call('DEL', KEYS[3])
@@ -118,9 +124,58 @@ local function mark_pending(seq, len, settings, now, sid)
   local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
   local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
   if unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) < tonumber(batch) then return 0 end
-  if redis.call('ZADD', KEYS[8], 'NX', now, sid) == 1 then
+  if redis.call('ZADD', KEYS[9], 'NX', now, sid) == 1 then
     redis.call('HSET', KEYS[2], 'sumcfg', settings)
     return now
   end
   return 0
+end
+
+local function corrupt(key, reason)
+  return redis.error_reply('REDISMEM_CORRUPT ' .. key .. ' ' .. reason)
+end
+
+-- Check that the session's keys agree with each other; they only disagree
+-- when some were evicted (allkeys-* policies) or deleted apart. Returns an
+-- error reply to hand back, or nil. `meta` is {seq, dropped} or nil when the
+-- meta hash does not exist; `len` is LLEN of the messages.
+local function integrity_error(meta, len)
+  if meta == nil then
+    if len > 0 or redis.call('EXISTS', KEYS[3]) == 1 then
+      return corrupt(KEYS[2], 'session meta is missing while its messages exist')
+    end
+    return nil
+  end
+  local seq, dropped = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
+  if len ~= seq - dropped then
+    return corrupt(KEYS[1], 'holds ' .. len .. ' messages where meta counts ' .. (seq - dropped))
+  end
+  if len > 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+    return corrupt(KEYS[3], 'entry records are missing while messages exist')
+  end
+  return nil
+end
+
+-- {seq, dropped} of the session meta, or nil when the meta hash is missing.
+local function load_meta()
+  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped')
+  if meta[1] == false then return nil end
+  return {meta[1], meta[2] or '0'}
+end
+
+-- Write ids remembered per session: at least this many of the latest writes.
+local WRITE_IDS_KEPT = 1000
+
+-- Record a write id with its result "first_seq,created_ms,n" (n counts the
+-- session's writes); once twice WRITE_IDS_KEPT ids are held, forget all but
+-- the latest WRITE_IDS_KEPT (amortized O(1) per write).
+local function remember_write(write_id, first, now)
+  local n = redis.call('HINCRBY', KEYS[2], 'writes', 1)
+  redis.call('HSET', KEYS[6], write_id, first .. ',' .. now .. ',' .. n)
+  if redis.call('HLEN', KEYS[6]) < 2 * WRITE_IDS_KEPT then return end
+  local all = redis.call('HGETALL', KEYS[6])
+  for i = 1, #all, 2 do
+    local nth = tonumber(string.match(all[i + 1], ',(%d+)$'))
+    if nth == nil or nth <= n - WRITE_IDS_KEPT then redis.call('HDEL', KEYS[6], all[i]) end
+  end
 end

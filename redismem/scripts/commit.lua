@@ -1,7 +1,10 @@
--- Commit a summary with compare-and-set on the watermark: the new summary,
--- the advanced watermark and (with compaction) the removal of exactly the
--- summarized messages land together, or nothing changes.
--- KEYS[1..8]  session keys (see _common.lua)
+-- Commit a summary with compare-and-set on the session's incarnation and
+-- watermark: the new summary, the advanced watermark and (with compaction)
+-- the removal of exactly the summarized messages land together, or nothing
+-- changes. A session cleared or expired (and maybe written again) since the
+-- job read it is another incarnation: the job's summary never reaches it.
+-- Idempotent: a re-send finds the watermark moved and changes nothing.
+-- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     expected watermark (the one the job read)
 -- ARGV[2]     new watermark: seq of the last summarized message
 -- ARGV[3]     number of messages summarized
@@ -9,13 +12,17 @@
 -- ARGV[5]     "1" to remove the summarized messages from the list
 -- ARGV[6]     keep_recent   ARGV[7] summarize_batch   ARGV[8] session id
 -- ARGV[9]     pending_since the job observed ("" if none)
+-- ARGV[10]    the incarnation (gen) the job read
 -- Returns {status, still_pending}: status 1 committed, 0 stale watermark
--- (another run committed first), -1 the session is gone.
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1, 0} end
+-- (another run committed first), -1 the session is gone (or another
+-- incarnation).
+if redis.call('HGET', KEYS[2], 'gen') ~= ARGV[10] then return {-1, 0} end
 local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
 if wm ~= tonumber(ARGV[1]) then return {0, 1} end
 local new_wm = tonumber(ARGV[2])
 local seq = tonumber(redis.call('HGET', KEYS[2], 'seq'))
+local len = redis.call('LLEN', KEYS[1])
+if new_wm > seq or new_wm < seq - len then return {0, 1} end
 
 redis.call('SET', KEYS[5], ARGV[4])
 local pttl = redis.call('PTTL', KEYS[2])
@@ -23,7 +30,6 @@ if pttl > 0 then redis.call('PEXPIRE', KEYS[5], pttl) end
 redis.call('HSET', KEYS[2], 'wm', new_wm)
 redis.call('HINCRBY', KEYS[2], 'summarized', tonumber(ARGV[3]))
 
-local len = redis.call('LLEN', KEYS[1])
 if ARGV[5] == '1' then
   local head = seq - len + 1
   len = len - drop_oldest(new_wm - head + 1, seq)
@@ -32,9 +38,9 @@ end
 local still = 1
 if unsummarized_backlog(seq, len, new_wm, tonumber(ARGV[6])) < tonumber(ARGV[7]) then
   still = 0
-  local since = redis.call('ZSCORE', KEYS[8], ARGV[8])
+  local since = redis.call('ZSCORE', KEYS[9], ARGV[8])
   if since and (ARGV[9] == '' or tonumber(since) == tonumber(ARGV[9])) then
-    redis.call('ZREM', KEYS[8], ARGV[8])
+    redis.call('ZREM', KEYS[9], ARGV[8])
   end
 end
 return {1, still}

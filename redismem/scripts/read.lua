@@ -1,5 +1,5 @@
 -- Read the most recent messages of a session, newest limits first.
--- KEYS[1..7]  session keys (see _common.lua)
+-- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     limit: most recent N messages (-1 = all)
 -- ARGV[2]     max_tokens: most recent messages whose token counts fit (-1 = no budget)
 -- ARGV[3]     ttl in ms to slide (0 = never expire, -1 = do not refresh)
@@ -8,19 +8,26 @@
 --             and the summary is returned too; "0": plain read
 -- Returns {first_seq, {messages oldest first}, {"first_seq,created_ms" of the
 -- entries covering them, newest first}, summary or false}; first_seq is 0 for
--- an empty result.
+-- an empty result. Errors: REDISMEM_CORRUPT when the session's keys were
+-- evicted apart.
 local limit = tonumber(ARGV[1])
 local max_tokens = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 
 local len = redis.call('LLEN', KEYS[1])
-local seq = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
+local meta = load_meta()
+local broken = integrity_error(meta, len)
+if broken then return broken end
+local seq = tonumber(meta and meta[1] or '0')
 local want = len
 local summary = false
 if ARGV[5] == '1' then
   local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
   want = math.max(0, math.min(len, seq - wm))
   summary = redis.call('GET', KEYS[5])
+  if wm > 0 and not summary then
+    return corrupt(KEYS[5], 'the summary is missing while meta says messages were summarized')
+  end
 end
 if limit >= 0 and limit < want then want = limit end
 
@@ -75,7 +82,7 @@ if #out > 0 then
   end
 end
 
-if ttl >= 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+if ttl >= 0 and meta ~= nil then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
   touch_session(ttl, now, ARGV[4])

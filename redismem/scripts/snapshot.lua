@@ -1,17 +1,21 @@
 -- A consistent snapshot of a whole session: meta, entry records and messages.
--- KEYS[1..7]  session keys (see _common.lua)
+-- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     ttl in ms to slide (0 = never expire, -1 = do not refresh)
 -- ARGV[2]     session id (unescaped)
 -- ARGV[3]     "1" to include the messages, "0" for entry records only
 -- Returns {seq, stored message count, {entry records}, {messages oldest first},
 --          accessed_ms (after this read), created_ms}
+-- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local ttl = tonumber(ARGV[1])
-local seq = tonumber(redis.call('HGET', KEYS[2], 'seq') or '0')
 local len = redis.call('LLEN', KEYS[1])
+local meta = load_meta()
+local broken = integrity_error(meta, len)
+if broken then return broken end
+local seq = tonumber(meta and meta[1] or '0')
 local entries = redis.call('LRANGE', KEYS[3], 0, -1)
 local msgs = {}
 if ARGV[3] == '1' then msgs = redis.call('LRANGE', KEYS[1], 0, -1) end
-if ttl >= 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+if ttl >= 0 and meta ~= nil then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
   touch_session(ttl, now, ARGV[2])

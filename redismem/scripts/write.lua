@@ -1,33 +1,59 @@
 -- Append one entry (one write) to a session, atomically: messages, entry
--- record, session tags, tag index, counters, trimming and TTLs.
--- KEYS[1..7]   session keys (see _common.lua)
+-- record, session tags, tag index, counters, trimming and TTLs. Idempotent
+-- per write id: a re-send of the same write (redis-py after a timeout or a
+-- reset connection, or a caller retrying a failed write) changes nothing and
+-- returns the first result.
+-- KEYS[1..9]   session keys (see _common.lua)
 -- ARGV[1]      ttl in ms (0 = never expire)
 -- ARGV[2]      max_messages (0 = unbounded)
 -- ARGV[3]      session id (unescaped)
 -- ARGV[4]      entry record tail (msgpack)
 -- ARGV[5]      token count of the entry
 -- ARGV[6]      summarization settings "keep_recent,batch,compact" ("" = off)
--- ARGV[7]      T, the number of tag pairs; ARGV[8 .. 7+2T] tag keys and values
--- ARGV[8+2T..] the encoded messages, oldest first
+-- ARGV[7]      write id (unique per write() call)
+-- ARGV[8]      T, the number of tag pairs; ARGV[9 .. 8+2T] tag keys and values
+-- ARGV[9+2T..] the encoded messages, oldest first
 -- Returns {first_seq, created_ms, messages stored in the session, trimmed,
---          pending_since, pending}: pending_since > 0 when this write made the
---          session newly pending summarization (the caller then enqueues its
---          job); pending is 1 while the session is marked pending at all.
+--          pending_since, pending, duplicate}: pending_since > 0 when this
+--          write made the session newly pending summarization (the caller then
+--          enqueues its job); pending is 1 while the session is marked pending
+--          at all; duplicate is 1 when the write id was already applied (the
+--          first two fields are then those of the first application).
+-- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local ttl = tonumber(ARGV[1])
 local max_messages = tonumber(ARGV[2])
 local sid = ARGV[3]
-local ntags = tonumber(ARGV[7])
-local first_msg = 8 + 2 * ntags
+local write_id = ARGV[7]
+local ntags = tonumber(ARGV[8])
+local first_msg = 9 + 2 * ntags
 local count = #ARGV - first_msg + 1
-local now = now_ms()
 
+local function pending_now()
+  if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
+  return 0
+end
+
+local seen = redis.call('HGET', KEYS[6], write_id)
+if seen then
+  local first, created = string.match(seen, '^(%d+),(%d+)')
+  return {tonumber(first), tonumber(created), redis.call('LLEN', KEYS[1]), 0, 0, pending_now(), 1}
+end
+
+local meta = load_meta()
+local len = redis.call('LLEN', KEYS[1])
+local broken = integrity_error(meta, len)
+if broken then return broken end
+
+local now = now_ms()
 -- Prune expired sessions from the user indexes first: when this session
 -- itself expired and is being written again, pruning after indexing would
 -- drop this write's tags (and pending mark) along with the stale ones.
 prune_expired(now)
 
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[2], 'created', now, 'seq', 0, 'tokens', 0)
+if meta == nil then
+  -- A new incarnation: `gen` tells it apart from an earlier session of the
+  -- same id (cleared or expired), so a job started on that one cannot commit.
+  redis.call('HSET', KEYS[2], 'created', now, 'seq', 0, 'tokens', 0, 'gen', write_id)
 end
 local last = redis.call('HINCRBY', KEYS[2], 'seq', count)
 local first = last - count + 1
@@ -37,15 +63,16 @@ end
 redis.call('HINCRBY', KEYS[2], 'tokens', tonumber(ARGV[5]))
 redis.call('HSET', KEYS[2], 'accessed', now)
 redis.call('RPUSH', KEYS[3], first .. ',' .. now .. ',' .. ARGV[4])
+remember_write(write_id, first, now)
 
-for i = 8, 7 + 2 * ntags, 2 do
+for i = 9, 8 + 2 * ntags, 2 do
   local k, v = ARGV[i], ARGV[i + 1]
   redis.call('HSET', KEYS[4], k, v)
   local pair = lp(k) .. lp(v)
-  redis.call('ZADD', KEYS[7], 0, 'f' .. pair .. sid, 0, 'r' .. lp(sid) .. pair)
+  redis.call('ZADD', KEYS[8], 0, 'f' .. pair .. sid, 0, 'r' .. lp(sid) .. pair)
 end
 
-local len = redis.call('LLEN', KEYS[1])
+len = len + count
 local trimmed = 0
 if max_messages > 0 and len > max_messages then
   trimmed = drop_oldest(len - max_messages, last)
@@ -55,6 +82,4 @@ end
 local pending_since = mark_pending(last, len, ARGV[6], now, sid)
 
 touch_session(ttl, now, sid)
-local pending = 0
-if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[8], sid) then pending = 1 end
-return {first, now, len, trimmed, pending_since, pending}
+return {first, now, len, trimmed, pending_since, pending_now(), 0}
