@@ -160,7 +160,7 @@ async def _stats(args: argparse.Namespace) -> int:
         ("messages summarized", counters.get("messages_summarized", 0)),
         ("stale commits (lost CAS)", counters.get("stale_commits", 0)),
         ("re-enqueued by sweep", counters.get("swept", 0)),
-        ("failed after retries", counters.get("failures", 0)),
+        ("jobs given up (failed)", counters.get("failures", 0)),
         ("sessions pending now", pending),
         ("jobs queued now", queued),
         ("summarization lag p50 / p95", f"{pct(0.5)} / {pct(0.95)}"),
