@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import redismem_command
 
-CLI = [sys.executable, "-m", "redismem"]
+CLI = redismem_command()
 
 
 def run_cli(

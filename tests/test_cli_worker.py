@@ -12,7 +12,6 @@ import importlib.metadata
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -22,12 +21,13 @@ from typing import Any
 
 import pytest
 import redis
+from helpers import redismem_command
 from worker_support import dialogue
 
 from redismem import Memory
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "redismem"]
+CLI = redismem_command()
 
 
 @dataclass

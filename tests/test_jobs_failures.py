@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from arq import Retry
+from helpers import redismem_command
 from worker_support import ROOT, WorkerPool, dialogue, eventually, wait_ready, worker_env
 
 from redismem import Memory
@@ -62,7 +62,7 @@ async def summary_jobs(raw: Any, queue_name: str) -> list[bytes]:
 def run_stats(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``redismem stats``, as an operator runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "redismem", "stats"],
+        [*redismem_command(), "stats"],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -56,3 +56,17 @@ def tool_call(call_id: str, content: str = "", name: str = "lookup") -> dict[str
 
 def tool_result(call_id: str, content: str) -> dict[str, Any]:
     return {"role": "tool", "content": content, "tool_call_id": call_id}
+
+
+def redismem_command() -> list[str]:
+    """The installed ``redismem`` console script (what operators run), next to
+    the test interpreter; ``python -m redismem`` where it is not installed."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("redismem")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("redismem")
+    return [found] if found else [sys.executable, "-m", "redismem"]
