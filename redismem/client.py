@@ -502,14 +502,19 @@ class Memory:
             messages = await self._read_tagged(sid, keys, wanted, limit_arg, budget)
         else:
             self._check_open()
-            result = await self._scripts.read(
-                keys,
-                session_id=sid,
-                limit=limit_arg,
-                max_tokens=budget,
-                refresh_ttl=self._refresh_ttl_arg(),
-                with_summary=False,
-            )
+            if budget < 0:
+                result = await self._scripts.read_tail(
+                    keys, session_id=sid, limit=limit_arg, refresh_ttl=self._refresh_ttl_arg()
+                )
+            else:
+                result = await self._scripts.read(
+                    keys,
+                    session_id=sid,
+                    limit=limit_arg,
+                    max_tokens=budget,
+                    refresh_ttl=self._refresh_ttl_arg(),
+                    with_summary=False,
+                )
             created = codec.parse_covering(result.covering, keys.entries)
             messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
         messages = drop_orphan_tool_results(messages)

@@ -107,8 +107,21 @@ def open_redis(url: str, *, connect_timeout: float = 2.0) -> aioredis.Redis:
     return client
 
 
-def _reply_code(exc: BaseException) -> str:
+_PIPELINE_NOTE = " of pipeline caused error: "
+
+
+def _reply_text(exc: BaseException) -> str:
+    """The server's error text, without redis-py's note on pipeline errors."""
     text = str(exc)
+    if text.startswith("Command # ") and _PIPELINE_NOTE in text:
+        text = text.split(_PIPELINE_NOTE, 1)[1]
+        if text.startswith("('") and text.endswith("',)"):
+            text = text[2:-3]
+    return text
+
+
+def _reply_code(exc: BaseException) -> str:
+    text = _reply_text(exc)
     return text.split(" ", 1)[0] if text else ""
 
 
@@ -127,7 +140,7 @@ def map_error(exc: BaseException, url: str) -> RedisMemError | None:
         hint = "check the user and password in the URL"
         return StoreError(f"{where} refused the credentials ({hint}): {exc}")
     if isinstance(exc, rexc.ResponseError) and code == CORRUPT_CODE:
-        _, key, reason = [*str(exc).split(" ", 2), "", ""][:3]
+        _, key, reason = [*_reply_text(exc).split(" ", 2), "", ""][:3]
         return CorruptData(
             key, f"{reason}; the session's keys were evicted or deleted apart (clear it)"
         )

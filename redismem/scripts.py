@@ -27,6 +27,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+import redis.exceptions as rexc
+
 from .connection import CallPolicy
 from .errors import StoreFull
 from .keys import SessionKeys
@@ -43,7 +45,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_WITH_COMMON = ("write", "read", "snapshot", "clear", "prepare", "commit")
+_WITH_COMMON = ("write", "read", "touch", "snapshot", "clear", "prepare", "commit")
 _PLAIN = ("sessions", "settle")
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
@@ -123,6 +125,7 @@ class SessionScripts:
     """The session scripts of one Redis client, run under one ``CallPolicy``."""
 
     def __init__(self, redis: Any, policy: CallPolicy) -> None:
+        self._redis = redis
         self._policy = policy
         self._scripts = {
             name: redis.register_script(script_source(name)) for name in _WITH_COMMON + _PLAIN
@@ -137,6 +140,15 @@ class SessionScripts:
         script = self._scripts[name]
         return self._policy.run(lambda: script(keys=keys, args=args))
 
+    def _log_full(self) -> None:
+        now = time.monotonic()
+        if now - self._full_logged_at > _FULL_LOG_EVERY:
+            self._full_logged_at = now
+            logger.warning(
+                "Redis is out of memory: reads are served without sliding session TTLs "
+                "(logged at most once a minute)"
+            )
+
     async def _refreshing(self, call: Callable[[int], Awaitable[Any]], refresh_ttl: int) -> Any:
         """Run a read that slides the TTL; when Redis is full (noeviction),
         read without sliding it rather than fail."""
@@ -145,13 +157,7 @@ class SessionScripts:
         except StoreFull:
             if refresh_ttl < 0:
                 raise
-            now = time.monotonic()
-            if now - self._full_logged_at > _FULL_LOG_EVERY:
-                self._full_logged_at = now
-                logger.warning(
-                    "Redis is out of memory: reads are served without sliding session TTLs "
-                    "(logged at most once a minute)"
-                )
+            self._log_full()
             return await call(-1)
 
     async def write(
@@ -202,6 +208,67 @@ class SessionScripts:
 
         first_seq, raw, covering, summary = await self._refreshing(call, refresh_ttl)
         return ReadResult(first_seq, raw, covering, summary or None)
+
+    async def read_tail(
+        self, keys: SessionKeys, *, session_id: str, limit: int, refresh_ttl: int
+    ) -> ReadResult:
+        """The newest ``limit`` messages (-1: all) without a token budget.
+
+        The hot path of reads: one MULTI holding the ``touch`` script (checks
+        and TTL) and plain LRANGEs of the messages and of the entry records
+        that cover them, so no message passes through Lua (which copies every
+        element twice)."""
+
+        try:
+            (seq, _length), raw, records = await self._policy.run(
+                lambda: self._tail_once(keys, session_id, limit, refresh_ttl)
+            )
+        except StoreFull:
+            # Redis refuses a script in MULTI when full, even one that would
+            # not write: read through the plain script, without sliding the TTL.
+            if refresh_ttl >= 0:
+                self._log_full()
+            return await self.read(
+                keys,
+                session_id=session_id,
+                limit=limit,
+                max_tokens=-1,
+                refresh_ttl=-1,
+                with_summary=False,
+            )
+        if not raw or not seq:
+            return ReadResult(0, [], [], None)
+        first_seq = seq - len(raw) + 1
+        covering: list[bytes] = []
+        for record in reversed(records):
+            prefix = b",".join(record.split(b",", 2)[:2])
+            covering.append(prefix)
+            first = prefix.split(b",", 1)[0]
+            if not first.isdigit() or int(first) <= first_seq:
+                break
+        return ReadResult(first_seq, raw, covering, None)
+
+    async def _tail_once(
+        self, keys: SessionKeys, session_id: str, limit: int, ttl: int
+    ) -> list[Any]:
+        touch = self._scripts["touch"]
+        start = 0 if limit < 0 else -limit
+        for _ in range(2):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.evalsha(touch.sha, len(keys.script_keys()), *keys.script_keys(), ttl, session_id)
+            if limit == 0:
+                pipe.lrange(keys.msgs, 1, 0)
+                pipe.lrange(keys.entries, 1, 0)
+            else:
+                pipe.lrange(keys.msgs, start, -1)
+                pipe.lrange(keys.entries, start, -1)
+            try:
+                result: list[Any] = await pipe.execute()
+                return result
+            except rexc.NoScriptError:
+                # A restarted or failed-over server lost its script cache.
+                await self._redis.script_load(touch.script)
+        raise rexc.NoScriptError("the touch script could not be loaded")
 
     async def snapshot(
         self, keys: SessionKeys, *, session_id: str, refresh_ttl: int, with_messages: bool

@@ -265,3 +265,27 @@ async def test_the_longest_ttl_is_accepted_and_writes_work(make_memory):
     mem = await make_memory(ttl=36_500 * 86_400)
     await mem.write([user("kept")], session_id=SID)
     assert [m.content for m in await mem.read(session_id=SID)] == ["kept"]
+
+
+async def test_every_call_survives_a_flushed_script_cache(make_memory, raw):
+    """A restarted or failed-over server has no scripts: each call reloads its own."""
+    mem = await quiet(await make_memory(keep_recent=2, summarize_batch=2))
+    for i in range(6):
+        await mem.write([user(f"m{i}")], session_id=SID)
+    calls = [
+        lambda: mem.read(session_id=SID),
+        lambda: mem.read(session_id=SID, limit=2),
+        lambda: mem.read(session_id=SID, max_tokens=100),
+        lambda: mem.context(session_id=SID),
+        lambda: mem.entries(session_id=SID),
+        lambda: mem.sessions(),
+        lambda: mem.write([user("after")], session_id=SID),
+        lambda: summarize_pass(
+            mem, GatedOpen(), user_id="default", session_id=SID, keep_recent=2, batch=2
+        ),
+        lambda: mem.clear(session_id=SID),
+    ]
+    for call in calls:
+        await raw.script_flush()
+        await call()
+    assert await mem.read(session_id=SID) == []

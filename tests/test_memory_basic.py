@@ -510,7 +510,7 @@ async def test_named_embedded_servers_are_separate(memory_factory, namespace):
 async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch):
     mem = await make_memory()
     await mem.write([user("warm up")], session_id="s")  # loads the scripts
-    await mem.read(session_id="s")
+    await mem.read(session_id="s", max_tokens=1000)
     sent: list[str] = []
     original = mem.redis.execute_command
 

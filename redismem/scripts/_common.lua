@@ -156,23 +156,23 @@ local function integrity_error(meta, len)
   return nil
 end
 
--- {seq, dropped} of the session meta, or nil when the meta hash is missing.
+-- {seq, dropped, tokens, writes} of the session meta, or nil when the meta
+-- hash is missing.
 local function load_meta()
-  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped')
+  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes')
   if meta[1] == false then return nil end
-  return {meta[1], meta[2] or '0'}
+  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0'}
 end
 
 -- Write ids remembered per session: at least this many of the latest writes.
 local WRITE_IDS_KEPT = 1000
 
--- Record a write id with its result "first_seq,created_ms,n" (n counts the
--- session's writes); once twice WRITE_IDS_KEPT ids are held, forget all but
--- the latest WRITE_IDS_KEPT (amortized O(1) per write).
-local function remember_write(write_id, first, now)
-  local n = redis.call('HINCRBY', KEYS[2], 'writes', 1)
+-- Record a write id with its result "first_seq,created_ms,n", where n is the
+-- session's write count after this write; every WRITE_IDS_KEPT writes, forget
+-- the ids of all but the latest WRITE_IDS_KEPT (amortized O(1) per write).
+local function remember_write(write_id, first, now, n)
   redis.call('HSET', KEYS[6], write_id, first .. ',' .. now .. ',' .. n)
-  if redis.call('HLEN', KEYS[6]) < 2 * WRITE_IDS_KEPT then return end
+  if n % WRITE_IDS_KEPT ~= 0 then return end
   local all = redis.call('HGETALL', KEYS[6])
   for i = 1, #all, 2 do
     local nth = tonumber(string.match(all[i + 1], ',(%d+)$'))

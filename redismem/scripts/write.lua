@@ -53,17 +53,19 @@ prune_expired(now)
 if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
-  redis.call('HSET', KEYS[2], 'created', now, 'seq', 0, 'tokens', 0, 'gen', write_id)
+  redis.call('HSET', KEYS[2], 'created', now, 'gen', write_id)
+  meta = {'0', '0', '0', '0'}
 end
-local last = redis.call('HINCRBY', KEYS[2], 'seq', count)
-local first = last - count + 1
+local first = tonumber(meta[1]) + 1
+local last = first + count - 1
+local writes = tonumber(meta[4]) + 1
+redis.call('HSET', KEYS[2], 'seq', last, 'tokens', tonumber(meta[3]) + tonumber(ARGV[5]),
+  'writes', writes, 'accessed', now)
 for i = first_msg, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-redis.call('HINCRBY', KEYS[2], 'tokens', tonumber(ARGV[5]))
-redis.call('HSET', KEYS[2], 'accessed', now)
 redis.call('RPUSH', KEYS[3], first .. ',' .. now .. ',' .. ARGV[4])
-remember_write(write_id, first, now)
+remember_write(write_id, first, now, writes)
 
 for i = 9, 8 + 2 * ntags, 2 do
   local k, v = ARGV[i], ARGV[i + 1]

@@ -1,0 +1,20 @@
+-- The side effects and checks of a read whose messages the caller fetches in
+-- the same MULTI (so they never pass through Lua): check that the session's
+-- keys agree, and slide its TTL.
+-- KEYS[1..9]  session keys (see _common.lua)
+-- ARGV[1]     ttl in ms to slide (0 = never expire, -1 = do not refresh)
+-- ARGV[2]     session id (unescaped)
+-- Returns {seq, stored message count}.
+-- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
+local ttl = tonumber(ARGV[1])
+local len = redis.call('LLEN', KEYS[1])
+local meta = load_meta()
+local broken = integrity_error(meta, len)
+if broken then return broken end
+if meta == nil then return {0, 0} end
+if ttl >= 0 then
+  local now = now_ms()
+  redis.call('HSET', KEYS[2], 'accessed', now)
+  touch_session(ttl, now, ARGV[2])
+end
+return {tonumber(meta[1]), len}
