@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
@@ -123,10 +123,9 @@ class CountingSummarizer:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def mem() -> AsyncIterator[Memory]:
-    memory = await Memory.connect(f"memory://t-{uuid.uuid4().hex}", namespace="am")
-    yield memory
-    await memory.aclose()
+async def mem(make_memory: MemoryFactory) -> Memory:
+    """A Memory on each backend: a real Redis and a fresh embedded server."""
+    return await make_memory()
 
 
 def sid() -> str:

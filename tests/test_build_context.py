@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,10 +70,9 @@ def trip_history() -> list[Message]:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def mem() -> AsyncIterator[Memory]:
-    memory = await Memory.connect(f"memory://t-{uuid.uuid4().hex}", namespace="bc")
-    yield memory
-    await memory.aclose()
+async def mem(make_memory: MemoryFactory) -> Memory:
+    """A Memory on each backend: a real Redis and a fresh embedded server."""
+    return await make_memory()
 
 
 def fenced(built: BuiltContext) -> tuple[list[str], str, str]:

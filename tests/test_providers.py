@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -124,11 +124,9 @@ def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Message]:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def mem() -> AsyncIterator[Memory]:
-    """A Memory on a fresh embedded server."""
-    memory = await Memory.connect(f"memory://t-{uuid.uuid4().hex}", namespace="prov")
-    yield memory
-    await memory.aclose()
+async def mem(make_memory: MemoryFactory) -> Memory:
+    """A Memory on each backend: a real Redis and a fresh embedded server."""
+    return await make_memory()
 
 
 def sid() -> str:
@@ -432,7 +430,7 @@ async def test_summarizing_memory_waits_for_tool_results(mem: Memory) -> None:
 async def test_summarizing_memory_without_summarizer_uses_the_workers(
     memory_factory: MemoryFactory,
 ) -> None:
-    from workers.inprocess import InProcessWorker
+    from redismem.workers.inprocess import InProcessWorker
 
     url = f"memory://t-{uuid.uuid4().hex}"
     memory = await memory_factory(url, summarize_delay=0.0)
