@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import re
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,8 +59,8 @@ _WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def new_write_id() -> str:
-    """A fresh write id (random, 32 hex digits)."""
-    return uuid.uuid4().hex
+    """A fresh write id (128 random bits, 32 hex digits)."""
+    return os.urandom(16).hex()
 
 
 def _check_write_id(value: object) -> str:
