@@ -1,18 +1,36 @@
-"""Helpers shared by the benchmarks: a throwaway Redis, realistic messages, stats."""
+"""Helpers shared by the benchmarks: a throwaway Redis, realistic messages,
+timing loops, stats and the report table."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib import metadata
 from statistics import median
-from typing import Any
+from typing import Any, TypeVar
 
 from redismem.localserver import LocalRedis, redis_server_binary
 
-__all__ = ["conversation", "median", "percentile", "throwaway_redis", "turns"]
+__all__ = [
+    "Table",
+    "conversation",
+    "latencies",
+    "median",
+    "package_version",
+    "percentile",
+    "rotated",
+    "sequential_rate",
+    "throughput",
+    "throwaway_redis",
+    "turns",
+]
+
+T = TypeVar("T")
 
 
 # -- a throwaway redis-server ----------------------------------------------
@@ -97,6 +115,55 @@ def turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
+# -- timing loops ----------------------------------------------------------------
+
+
+async def throughput(tasks: int, ops: int, op: Callable[[int, int], Awaitable[Any]]) -> float:
+    """Operations per second of ``tasks`` concurrent tasks doing ``ops`` each;
+    ``op(task, i)`` is one operation."""
+
+    async def run(task: int) -> None:
+        for i in range(ops):
+            await op(task, i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(run(t) for t in range(tasks)))
+    return tasks * ops / (time.perf_counter() - start)
+
+
+async def latencies(ops: int, op: Callable[[int], Awaitable[Any]]) -> list[float]:
+    """Milliseconds of each of ``ops`` sequential operations."""
+    out = []
+    for i in range(ops):
+        start = time.perf_counter()
+        await op(i)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+async def sequential_rate(
+    op: Callable[[int], Awaitable[Any]], max_ops: int, max_seconds: float | None = None
+) -> float:
+    """Operations per second of ``op(i)`` run one after another, ``max_ops``
+    times or, when ``max_seconds`` is given, until that much time has passed
+    (whichever comes first; at least 3 operations)."""
+    start = time.perf_counter()
+    done = 0
+    while done < max_ops:
+        await op(done)
+        done += 1
+        if max_seconds is not None and done >= 3 and time.perf_counter() - start >= max_seconds:
+            break
+    return done / (time.perf_counter() - start)
+
+
+def rotated(items: Sequence[T], round_: int) -> list[T]:
+    """``items`` in the order for round ``round_``: rotated by one each round,
+    so every side runs in every position (with two sides: alternating)."""
+    shift = round_ % len(items) if items else 0
+    return [*items[shift:], *items[:shift]]
+
+
 # -- stats -------------------------------------------------------------------
 
 
@@ -105,3 +172,49 @@ def percentile(samples: list[float], pct: float) -> float:
     ordered = sorted(samples)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+# -- environment -------------------------------------------------------------
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# -- report table ------------------------------------------------------------
+
+
+class Table:
+    """Rows of a label, two figures, a ratio and a goal, in fixed columns;
+    remembers whether every goal passed."""
+
+    def __init__(self, label_width: int = 56, value_width: int = 16, ratio_width: int = 13):
+        self.widths = (label_width, value_width, ratio_width)
+        self.lines: list[str] = []
+        self.all_pass = True
+
+    def row(self, label: str, a: str = "", b: str = "", ratio: str = "", goal: str = "") -> None:
+        lw, vw, rw = self.widths
+        self.lines.append(f"{label:{lw}}{a:>{vw}}{b:>{vw}}{ratio:>{rw}}  {goal}".rstrip())
+
+    def header(self, label: str, a: str, b: str, ratio: str) -> None:
+        """A section header: column titles and a rule."""
+        if self.lines:
+            self.lines.append("")
+        self.row(label, a, b, ratio, "goal")
+        self.lines.append("-" * (len(self.lines[-1]) + 12))
+
+    def note(self, text: str) -> None:
+        self.lines.append(text)
+
+    def goal(self, text: str, ok: bool) -> str:
+        """``text`` and PASS or MISS, for the goal column."""
+        self.all_pass &= ok
+        return f"{text:9} {'PASS' if ok else 'MISS'}"
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
