@@ -419,16 +419,13 @@ class Memory:
         if pending_since and enqueue:
             await self._enqueue_summary(uid, sid, pending_since, summarize)
         created = codec.ms_to_datetime(result.created_ms)
-        stored = [
-            m.model_copy(
-                update={
-                    "id": codec.message_id(first_seq + i),
-                    "created_at": created,
-                    "token_count": c,
-                }
-            )
-            for i, (m, c) in enumerate(zip(to_store, counts, strict=True))
-        ]
+        # The messages are this call's own copies (made by _normalize): fill
+        # in the store's fields in place rather than copying them again.
+        for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
+            message.id = codec.message_id(first_seq + i)
+            message.created_at = created
+            message.token_count = count
+        stored = to_store
         entry = MemoryEntry(
             id=codec.message_id(first_seq),
             session_id=sid,
