@@ -85,9 +85,13 @@ def decode_messages(
     for ``Message`` validation. ``created`` is ``(first_seq, created_ms)`` of
     the entries covering them, ascending; a message takes its entry's time."""
     out: list[dict[str, Any]] = []
-    times: list[tuple[int, datetime]] = [(first, ms_to_datetime(ms)) for first, ms in created]
-    entry = 0
+    # Entry times, converted once per entry and only for entries in use.
+    starts = [first for first, _ in created]
+    entry = -1
+    next_start = starts[0] if starts else None
+    when: datetime | None = None
     seq = first_seq
+    unpackb = msgpack.unpackb
     try:
         for seq, element in enumerate(raw, first_seq):
             bar = element.find(b"|")
@@ -96,19 +100,21 @@ def decode_messages(
                 # The scripts read the prefix as ASCII digits; int() would also
                 # accept spaces, signs and underscores.
                 raise ValueError("no token prefix")
-            fields = msgpack.unpackb(element[bar + 1 :], raw=False, strict_map_key=False)
+            fields = unpackb(element[bar + 1 :], raw=False, strict_map_key=False)
             if type(fields) is not list or len(fields) < 3 or fields[0] != SCHEMA_VERSION:
                 raise ValueError("not a message record of a known schema version")
+            while next_start is not None and next_start <= seq:
+                entry += 1
+                when = ms_to_datetime(created[entry][1])
+                next_start = starts[entry + 1] if entry + 1 < len(starts) else None
             message: dict[str, Any] = {
                 "role": ROLES[fields[1]],
                 "content": fields[2],
                 "id": f"{seq:0{_ID_WIDTH}d}",
                 "token_count": int(tokens),
             }
-            while entry + 1 < len(times) and times[entry + 1][0] <= seq:
-                entry += 1
-            if times and times[entry][0] <= seq:
-                message["created_at"] = times[entry][1]
+            if when is not None:
+                message["created_at"] = when
             if len(fields) > 3:
                 _decode_optional(fields, message)
             out.append(message)
