@@ -91,7 +91,7 @@ def worker_env(url: str, namespace: str, summarizer: str, llm_url: str) -> dict[
     env.update(
         REDISMEM_URL=url,
         REDISMEM_NAMESPACE=namespace,
-        REDISMEM_QUEUE_NAME=f"{namespace}:queue",
+        REDISMEM_QUEUE_NAME=f"redismem/queue-{namespace}",
         REDISMEM_SUMMARIZER=summarizer,
         REDISMEM_LLM_BASE_URL=llm_url,
         REDISMEM_LLM_MODEL="stub",
@@ -113,7 +113,7 @@ async def fill(memory: Memory, sessions: int, turns: int, rng: random.Random) ->
 async def throughput(url: str, workers: int, sessions: int, summarizer: str, llm_url: str) -> float:
     """Sessions summarized per second by ``workers`` processes."""
     namespace = f"bw-{secrets.token_hex(3)}"
-    queue_name = f"{namespace}:queue"
+    queue_name = f"redismem/queue-{namespace}"
     # Jobs are deferred far into the future while the sessions fill and the
     # workers start; then all are made due at once and the clock starts.
     options = {
@@ -155,7 +155,7 @@ async def lag_under_load(url: str, rate: float, seconds: float, sessions: int) -
     options = {
         "keep_recent": KEEP_RECENT,
         "summarize_batch": BATCH,
-        "queue_name": f"{namespace}:queue",
+        "queue_name": f"redismem/queue-{namespace}",
     }
     async with await Memory.connect(url, namespace=namespace, **options) as memory:
         procs = await start_workers(2, worker_env(url, namespace, "keypoints", ""))

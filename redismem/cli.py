@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -19,7 +18,9 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from . import env
 from .client import Memory
+from .config import WorkerConfig, check_url
 from .errors import (
     InvalidInput,
     MissingDependency,
@@ -28,7 +29,7 @@ from .errors import (
     StoreUnavailable,
 )
 from .models import Message
-from .queue import QueueStats
+from .queue import DEFAULT_QUEUE_NAME, QueueStats
 
 __all__ = ["main"]
 
@@ -80,7 +81,7 @@ def _preview(message: Message) -> str:
 
 
 def _memory_url(args: argparse.Namespace) -> str:
-    url = str(args.url or os.environ.get("REDISMEM_URL") or "")
+    url = str(args.url or env.text("REDISMEM_URL") or "")
     source = "--url" if args.url else "REDISMEM_URL"
     if not url:
         raise CliError(
@@ -91,7 +92,7 @@ def _memory_url(args: argparse.Namespace) -> str:
 
 
 def _queue_url(args: argparse.Namespace) -> str:
-    url = str(getattr(args, "queue_url", None) or os.environ.get("REDISMEM_QUEUE_URL") or "")
+    url = str(getattr(args, "queue_url", None) or env.text("REDISMEM_QUEUE_URL") or "")
     if not url:
         return _memory_url(args)
     source = "--queue-url" if getattr(args, "queue_url", None) else "REDISMEM_QUEUE_URL"
@@ -99,8 +100,6 @@ def _queue_url(args: argparse.Namespace) -> str:
 
 
 def _check_url(url: str, source: str) -> str:
-    from workers.settings import check_url
-
     try:
         return check_url(url, source)
     except InvalidInput as exc:
@@ -108,8 +107,16 @@ def _check_url(url: str, source: str) -> str:
         raise CliError(str(exc), hint) from None
 
 
-def _namespace(args: argparse.Namespace) -> str:
-    return str(args.namespace or os.environ.get("REDISMEM_NAMESPACE") or "redismem")
+def _queue_name() -> str:
+    return env.text("REDISMEM_QUEUE_NAME") or DEFAULT_QUEUE_NAME
+
+
+async def _connect(args: argparse.Namespace, **options: Any) -> Memory:
+    """A ``Memory`` on the command's URL; its namespace is ``--namespace``,
+    else ``REDISMEM_NAMESPACE`` (read by ``Memory.connect``)."""
+    if args.namespace:
+        options["namespace"] = args.namespace
+    return await Memory.connect(_memory_url(args), **options)
 
 
 def _version() -> str:
@@ -123,14 +130,12 @@ def _version() -> str:
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    from workers.settings import queue_name as configured_queue_name
-    from workers.settings import worker_health
-
     from .queue import arq_pool
+    from .workers.health import worker_health
 
     queue_url = _queue_url(args)
-    queue_name = configured_queue_name()
-    async with await Memory.connect(_memory_url(args), namespace=_namespace(args)) as memory:
+    queue_name = _queue_name()
+    async with await _connect(args) as memory:
         pool = arq_pool(queue_url)
         try:
             snapshot = await QueueStats(pool, memory.layout, queue_url).snapshot()
@@ -184,12 +189,10 @@ async def _stats(args: argparse.Namespace) -> int:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
-    namespace = _namespace(args)
-    async with await Memory.connect(
-        _memory_url(args), namespace=namespace, refresh_ttl_on_read=False
-    ) as memory:
+    async with await _connect(args, refresh_ttl_on_read=False) as memory:
         sessions = await memory.sessions(user_id=args.user)
     if not sessions:
+        namespace = memory.layout.namespace
         print(f"no live sessions for user {args.user!r} in namespace {namespace!r}")
         return 0
     rows = [
@@ -209,9 +212,7 @@ async def _sessions(args: argparse.Namespace) -> int:
 
 
 async def _inspect(args: argparse.Namespace) -> int:
-    async with await Memory.connect(
-        _memory_url(args), namespace=_namespace(args), refresh_ttl_on_read=False
-    ) as memory:
+    async with await _connect(args, refresh_ttl_on_read=False) as memory:
         found = [
             s for s in await memory.sessions(user_id=args.user) if s.session_id == args.session
         ]
@@ -257,29 +258,23 @@ async def _inspect(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from workers import settings
+    from .workers import health, run
 
     if args.check is not None:
-        name = args.check or args.name
-        queue = settings.queue_name()
-        health = asyncio.run(settings.worker_health(_queue_url(args), queue, name or None))
-        if not health:
-            print(f"no worker seen on queue {queue!r} in the last {settings.FORGET_S} s")
-            return 1
-        for worker in health:
-            print(worker.describe())
-        return 0 if all(w.healthy for w in health) else 1
+        # Reads only what the probe needs: a worker setting unrelated to
+        # health (a summarizer's, say) must not fail the probe.
+        healthy, lines = asyncio.run(
+            health.check(_queue_url(args), _queue_name(), args.check or args.name or None)
+        )
+        print("\n".join(lines))
+        return 0 if healthy else 1
     if args.wait < 0:
         raise CliError(f"--wait must be >= 0, got {args.wait:g}", "pass seconds, e.g. --wait 30")
-    asyncio.run(
-        settings.serve(
-            url=_memory_url(args),
-            queue=_queue_url(args),
-            name=args.name or settings.worker_name(),
-            burst=args.burst,
-            wait=args.wait,
-        )
-    )
+    flags: dict[str, Any] = {"url": _memory_url(args), "queue_url": _queue_url(args)}
+    if args.name:
+        flags["name"] = args.name
+    config = WorkerConfig.from_env(**flags)
+    asyncio.run(run.serve(config, burst=args.burst, wait=args.wait))
     return 0
 
 
@@ -331,14 +326,6 @@ def _add_verbose(cmd: argparse.ArgumentParser, helptext: str) -> None:
     )
 
 
-def _worker_environment() -> str:
-    try:
-        from workers.settings import ENVIRONMENT
-    except Exception as exc:  # e.g. a local ``workers`` module shadows ours
-        return f"environment: see workers/settings.py (cannot import it here: {exc})"
-    return ENVIRONMENT
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="redismem", description="shared memory for fleets of LLM agents"
@@ -370,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a summarization worker (arq), configured from the environment",
         description="Run a summarization worker until SIGTERM or SIGINT. It rides out Redis "
         "restarts and failovers; run it under a supervisor all the same.",
-        epilog=_worker_environment(),
+        epilog=env.describe(env.WORKER_VARIABLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_connection_args(worker, namespace=False)

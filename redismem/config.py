@@ -1,28 +1,43 @@
-"""Client options as one typed object.
+"""Settings as typed objects: the one home of redismem's configuration.
 
-``MemoryConfig`` holds every option ``Memory.connect`` takes. Build it from
-keyword arguments, from a URL (``from_url``) or from the environment
-(``from_env``: ``REDISMEM_URL``, ``REDISMEM_NAMESPACE``, ``REDISMEM_TTL``).
+``MemoryConfig`` holds every option ``Memory.connect`` takes; ``WorkerConfig``
+every setting of a summarization worker. Build them from keyword arguments or
+from the environment (``from_env``, read when called, never at import; the
+variables are parsed in ``env.py``), keyword arguments winning.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from .connection import CallPolicy
+from . import env
+from .connection import CallPolicy, describe_url
 from .errors import InvalidInput
 from .keys import KeyLayout
 from .queue import DEFAULT_QUEUE_NAME
+from .summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
 from .tokens import estimate_tokens
 
-__all__ = ["DEFAULT_TTL", "EMBEDDED_URL", "MAX_TTL", "MemoryConfig", "Hook"]
+__all__ = [
+    "DEFAULT_TTL",
+    "EMBEDDED_URL",
+    "MAX_TTL",
+    "MemoryConfig",
+    "Hook",
+    "WorkerConfig",
+    "check_url",
+]
 
 EMBEDDED_URL = "memory://"
+#: URL schemes of a Redis server (every process can reach it), unlike ``memory://``.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_TTL = timedelta(days=7)
 #: Longest ttl accepted (Redis takes far more; a century is "keep").
 MAX_TTL = timedelta(days=36_500)
@@ -173,26 +188,148 @@ class MemoryConfig:
         return cls(url=url, **options)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> MemoryConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> MemoryConfig:
         """Options from ``REDISMEM_URL``, ``REDISMEM_NAMESPACE``, ``REDISMEM_TTL``
         (seconds; ``none`` for no expiry) and ``REDISMEM_QUEUE_URL``; keyword
         arguments win."""
-        env = os.environ if env is None else env
         found: dict[str, Any] = {}
-        if env.get("REDISMEM_URL"):
-            found["url"] = env["REDISMEM_URL"]
-        if env.get("REDISMEM_NAMESPACE"):
-            found["namespace"] = env["REDISMEM_NAMESPACE"]
-        if env.get("REDISMEM_QUEUE_URL"):
-            found["queue_url"] = env["REDISMEM_QUEUE_URL"]
-        if env.get("REDISMEM_TTL"):
-            raw = env["REDISMEM_TTL"].strip().lower()
-            try:
-                found["ttl"] = None if raw in ("none", "0", "never") else float(raw)
-            except ValueError as exc:
-                raise InvalidInput(f"REDISMEM_TTL must be seconds or 'none', got {raw!r}") from exc
+        for option, variable in (
+            ("url", "REDISMEM_URL"),
+            ("namespace", "REDISMEM_NAMESPACE"),
+            ("queue_url", "REDISMEM_QUEUE_URL"),
+        ):
+            value = env.text(variable, environ)
+            if value is not None:
+                found[option] = value
+        if "ttl" not in options and env.text("REDISMEM_TTL", environ) is not None:
+            found["ttl"] = env.ttl("REDISMEM_TTL", environ)
         found.update(options)
         return cls(**found)
 
     def replace(self, **changes: Any) -> MemoryConfig:
+        return replace(self, **changes)
+
+
+def check_url(url: str, what: str = "the URL") -> str:
+    """``url`` if it names a Redis server, else ``InvalidInput`` naming ``what``
+    (workers and operator commands cannot use the embedded backend)."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "memory":
+        raise InvalidInput(
+            f"{what} {url!r} is the embedded in-process backend, which no other process can see"
+        )
+    if scheme not in REDIS_SCHEMES:
+        raise InvalidInput(
+            f"{what} {describe_url(url)!r} is not a Redis URL: use "
+            "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://... (TLS) or unix:///PATH"
+        )
+    return url
+
+
+def _whole_seconds(value: float | None) -> int | None:
+    return None if value is None else max(1, int(value))
+
+
+#: ``WorkerConfig`` fields read from the environment, and how.
+_WORKER_ENV: dict[str, Callable[[Mapping[str, str] | None], Any]] = {
+    "url": lambda e: env.text("REDISMEM_URL", e),
+    "queue_url": lambda e: env.text("REDISMEM_QUEUE_URL", e),
+    "queue_name": lambda e: env.text("REDISMEM_QUEUE_NAME", e),
+    "name": lambda e: env.text("REDISMEM_WORKER_NAME", e),
+    "namespaces": lambda e: env.words("REDISMEM_NAMESPACE", e),
+    "summarizer": summarizer_from_env,
+    "summarizer_timeout": lambda e: env.seconds("REDISMEM_SUMMARIZER_TIMEOUT", e),
+    "job_timeout": lambda e: _whole_seconds(env.seconds("REDISMEM_JOB_TIMEOUT", e)),
+    "sweep_seconds": lambda e: _whole_seconds(env.seconds("REDISMEM_SWEEP_SECONDS", e)),
+    "sweep_grace": lambda e: env.seconds("REDISMEM_SWEEP_GRACE", e, zero=True),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """Every setting of a summarization worker (``redismem worker``, ``arq
+    workers.WorkerSettings``, ``InProcessWorker``). ``from_env()`` reads them
+    when a worker is created; ``redismem worker --help`` lists the variables."""
+
+    #: Memory Redis (sessions, summaries).
+    url: str = EMBEDDED_URL
+    #: Queue Redis (arq jobs, stats); "" = ``url``.
+    queue_url: str = ""
+    queue_name: str = DEFAULT_QUEUE_NAME
+    #: This worker's name in health checks; "" = HOST-PID.
+    name: str = ""
+    #: Namespaces the reconcile sweep covers.
+    namespaces: tuple[str, ...] = ("redismem",)
+    summarizer: Summarizer = field(default_factory=KeyPointsSummarizer)
+    #: Seconds one summarizer call may take.
+    summarizer_timeout: float = 30.0
+    #: arq's timeout of a job, whole seconds: a crashed worker's job re-runs
+    #: after it + 10 s, and a job starts another pass only while that pass can
+    #: end in time.
+    job_timeout: int = 45
+    #: Seconds between two runs of the reconcile sweep.
+    sweep_seconds: int = 10
+    #: Seconds a pending mark waits for its job before the sweep re-enqueues it.
+    sweep_grace: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("url", "queue_url", "queue_name", "name"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidInput(f"{name} must be a str")
+        if "://" not in self.url:
+            raise InvalidInput(f"url must look like redis://host:port/db, got {self.url!r}")
+        object.__setattr__(self, "queue_url", self.queue_url or self.url)
+        object.__setattr__(self, "name", self.name or f"{socket.gethostname()}-{os.getpid()}")
+        if not self.queue_name:
+            raise InvalidInput("queue_name (REDISMEM_QUEUE_NAME) must be a non-empty str")
+        if isinstance(self.namespaces, str) or not self.namespaces:
+            raise InvalidInput("namespaces must be a non-empty tuple of namespaces")
+        object.__setattr__(self, "namespaces", tuple(self.namespaces))
+        for namespace in self.namespaces:
+            if KeyLayout(namespace).owns_queue_name(self.queue_name):
+                raise InvalidInput(
+                    f"queue name {self.queue_name!r} lies inside namespace {namespace!r}: "
+                    "clear_all() would delete the queue; choose another name"
+                )
+        if not isinstance(self.summarizer, Summarizer):
+            raise InvalidInput("summarizer must have an async summarize(previous, messages)")
+        _positive_seconds("summarizer_timeout", self.summarizer_timeout)
+        if (
+            not isinstance(self.sweep_grace, int | float)
+            or isinstance(self.sweep_grace, bool)
+            or not 0 <= self.sweep_grace <= 86_400
+        ):
+            raise InvalidInput(
+                f"sweep_grace must be seconds in [0, 86400], got {self.sweep_grace!r}"
+            )
+        for name in ("job_timeout", "sweep_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidInput(f"{name} must be a whole number of seconds >= 1, got {value!r}")
+        if self.job_timeout <= self.summarizer_timeout:
+            raise InvalidInput(
+                f"the job timeout (REDISMEM_JOB_TIMEOUT, {self.job_timeout} s) must exceed the "
+                f"summarizer timeout (REDISMEM_SUMMARIZER_TIMEOUT, {self.summarizer_timeout:g} s)"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> WorkerConfig:
+        """The settings in the environment (``environ``, else the process's,
+        read now); keyword arguments win, and the variables they replace are
+        not read."""
+        found: dict[str, Any] = {}
+        for option, read in _WORKER_ENV.items():
+            if option not in options:
+                value = read(environ)
+                if value is not None:
+                    found[option] = value
+        found.update(options)
+        try:
+            return cls(**found)
+        except TypeError as exc:  # an unknown option
+            raise InvalidInput(str(exc)) from exc
+
+    def replace(self, **changes: Any) -> WorkerConfig:
+        """A copy with ``changes`` (``queue_url`` and ``name`` keep their
+        resolved values unless changed too)."""
         return replace(self, **changes)

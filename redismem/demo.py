@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from . import env
 from .client import Memory
 from .demo_agent import run_agent, session_of
 from .errors import InvalidInput
@@ -35,8 +36,9 @@ from .summarizers import summarizer_from_env
 
 __all__ = ["DemoOptions", "run_demo"]
 
-#: The directory holding this ``redismem`` (and, installed beside it, ``workers``):
-#: the demo's child processes import from there, never from the working directory.
+#: The directory holding this ``redismem``: the demo's child processes import
+#: it from there (its workers are ``redismem.workers``), never from the working
+#: directory.
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 MEMORY_OPTIONS: dict[str, Any] = {
@@ -97,29 +99,32 @@ class _Fleet:
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
         self.logs = tempfile.TemporaryDirectory(prefix="redismem-demo-")
 
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
+    def child_env(self) -> dict[str, str]:
+        """The environment of the demo's processes: the workers' settings, and
+        this ``redismem`` first on the path."""
+        child = env.inherited(
             REDISMEM_URL=self.url,
             REDISMEM_NAMESPACE=self.namespace,
             REDISMEM_QUEUE_NAME=self.queue_name,
+            REDISMEM_QUEUE_URL=None,
             REDISMEM_SUMMARIZER=self.options.summarizer,
             REDISMEM_SWEEP_SECONDS="2",
             REDISMEM_SWEEP_GRACE="5",
-            PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")])),
         )
-        env.pop("REDISMEM_QUEUE_URL", None)
-        return env
+        child["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(PACKAGE_ROOT), child.get("PYTHONPATH")])
+        )
+        return child
 
     def _spawn(self, name: str, *args: str) -> tuple[str, subprocess.Popen[bytes], Path]:
         """``python -P -m ARGS``: -P keeps the working directory off sys.path,
-        so a local ``workers`` or ``redismem`` directory cannot shadow ours.
+        so a local ``redismem`` directory cannot shadow ours.
         Its stdout and stderr go to ``<log>.out`` and ``<log>.err``."""
         log = Path(self.logs.name) / name
         with open(f"{log}.out", "wb") as stdout, open(f"{log}.err", "wb") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-P", "-m", *args],
-                env=self.env(),
+                env=self.child_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
@@ -129,10 +134,10 @@ class _Fleet:
     async def start(self) -> None:
         memory_options = dict(MEMORY_OPTIONS, queue_name=self.queue_name)
         if self.embedded:
-            from workers.inprocess import InProcessWorker
+            from .workers.inprocess import InProcessWorker
 
             summarizer = summarizer_from_env(
-                {**os.environ, "REDISMEM_SUMMARIZER": self.options.summarizer}
+                env.inherited(REDISMEM_SUMMARIZER=self.options.summarizer)
             )
             for _ in range(self.options.workers):
                 worker = InProcessWorker(
@@ -299,7 +304,7 @@ async def run_demo(options: DemoOptions) -> int:
     _validate(options)
     out = options.out
     server: LocalRedis | None = None
-    url = options.url or os.environ.get("REDISMEM_URL")
+    url = options.url or env.text("REDISMEM_URL")
     if url is None:
         if redis_server_binary():
             server = LocalRedis.start()

@@ -26,12 +26,14 @@ from typing import Any
 import msgpack
 
 from .connection import CallPolicy, open_redis, redis_errors
+from .errors import InvalidInput
 from .keys import KeyLayout, escape_id
 
 __all__ = [
     "DEFAULT_QUEUE_NAME",
     "SUMMARIZE_JOB",
     "QueueStats",
+    "SummarizeArgs",
     "SummaryQueue",
     "job_id",
     "pack_job",
@@ -78,7 +80,12 @@ def arq_pool(url: str, *, connect_timeout: float = 2.0) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class SummarizeArgs:
-    """What a summarization job needs besides the session: the writer's settings."""
+    """What a summarization job needs besides the session: the writer's settings.
+
+    They have one form outside Python, ``encode()``'s ``"keep_recent,batch,compact"``:
+    the write script stores it in the session meta (``sumcfg``) and the job
+    carries it, and ``decode`` turns it back into this object wherever it is read.
+    """
 
     namespace: str
     keep_recent: int
@@ -86,21 +93,27 @@ class SummarizeArgs:
     compact: bool
 
     def encode(self) -> str:
-        """The form the write script stores in the session meta."""
+        """``"keep_recent,batch,compact"``, e.g. ``"20,20,1"``."""
         return f"{self.keep_recent},{self.batch},{int(self.compact)}"
 
     @classmethod
-    def decode(cls, namespace: str, raw: str) -> SummarizeArgs:
-        keep_recent, batch, compact = raw.split(",")
-        return cls(namespace, int(keep_recent), int(batch), compact == "1")
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "keep_recent": self.keep_recent,
-            "batch": self.batch,
-            "compact": self.compact,
-        }
+    def decode(cls, namespace: str, raw: str | bytes) -> SummarizeArgs:
+        """The settings ``encode()`` made; ``InvalidInput`` if ``raw`` is not that form."""
+        try:
+            if not isinstance(raw, str | bytes):
+                raise ValueError(type(raw).__name__)
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            keep_recent, batch, compact = text.split(",")
+            if compact not in ("0", "1"):
+                raise ValueError(compact)
+            args = cls(namespace, int(keep_recent), int(batch), compact == "1")
+            if args.keep_recent < 0 or args.batch < 1:
+                raise ValueError(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidInput(
+                f"summarization settings must be 'keep_recent,batch,0|1', got {raw!r:.60}"
+            ) from exc
+        return args
 
 
 class SummaryQueue:
@@ -135,18 +148,21 @@ class SummaryQueue:
         *,
         delay: float | None = None,
     ) -> bool:
-        """Enqueue the job of one pending episode; False when it is already
-        queued (the job id names the episode, so a retried enqueue is harmless)."""
+        """Enqueue the job of one pending episode, ``summarize_session(user_id,
+        session_id, namespace, settings)`` with ``settings`` encoded; False when
+        it is already queued (the job id names the episode, so a retried
+        enqueue is harmless)."""
         job = await self._policy.run(
             lambda: self.pool.enqueue_job(
                 SUMMARIZE_JOB,
                 user_id,
                 session_id,
+                args.namespace,
+                args.encode(),
                 _job_id=job_id(args.namespace, user_id, session_id, episode),
                 _queue_name=self._queue_name,
                 _defer_by=self._delay if delay is None else delay,
                 _expires=JOB_EXPIRES,
-                **args.as_kwargs(),
             )
         )
         return job is not None

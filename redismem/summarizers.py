@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import urllib.error
 import urllib.request
@@ -24,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from . import env as environment
 from .errors import InvalidInput, SummarizerError
 from .models import Message
 
@@ -36,9 +36,6 @@ __all__ = [
     "TruncationSummarizer",
     "summarizer_from_env",
 ]
-
-
-_N = TypeVar("_N", int, float)
 
 
 @runtime_checkable
@@ -292,34 +289,27 @@ class LLMSummarizer:
         return text.strip()
 
 
-def _env_number(env: Mapping[str, str], name: str, default: str, kind: type[_N]) -> _N:
-    raw = env.get(name) or default
-    try:
-        return kind(raw)
-    except ValueError as exc:
-        raise InvalidInput(f"{name} must be a number ({kind.__name__}), got {raw!r}") from exc
-
-
 def summarizer_from_env(env: Mapping[str, str] | None = None) -> Summarizer:
-    """``REDISMEM_SUMMARIZER`` = ``keypoints`` (default), ``truncate`` or ``llm``
-    (with ``REDISMEM_LLM_BASE_URL``, ``REDISMEM_LLM_MODEL``, ``REDISMEM_LLM_API_KEY``)."""
-    env = os.environ if env is None else env
-    kind = env.get("REDISMEM_SUMMARIZER", "keypoints").strip().lower()
-    if kind == "keypoints":
+    """``REDISMEM_SUMMARIZER`` = ``keypoints`` (default), ``truncate`` (with
+    ``REDISMEM_SUMMARY_MAX_CHARS``) or ``llm`` (with ``REDISMEM_LLM_BASE_URL``,
+    ``REDISMEM_LLM_MODEL``, ``REDISMEM_LLM_API_KEY``, ``REDISMEM_LLM_TIMEOUT``),
+    read from ``env`` (default: the process environment) when called."""
+    kind = environment.choice("REDISMEM_SUMMARIZER", ("keypoints", "truncate", "llm"), env)
+    if kind is None or kind == "keypoints":
         return KeyPointsSummarizer()
     if kind == "truncate":
-        return TruncationSummarizer(_env_number(env, "REDISMEM_SUMMARY_MAX_CHARS", "2000", int))
-    if kind == "llm":
-        base_url = env.get("REDISMEM_LLM_BASE_URL")
-        model = env.get("REDISMEM_LLM_MODEL")
-        if not base_url or not model:
-            raise InvalidInput(
-                "REDISMEM_SUMMARIZER=llm needs REDISMEM_LLM_BASE_URL and REDISMEM_LLM_MODEL"
-            )
-        return LLMSummarizer(
-            base_url=base_url,
-            model=model,
-            api_key=env.get("REDISMEM_LLM_API_KEY") or None,
-            timeout=_env_number(env, "REDISMEM_LLM_TIMEOUT", "30", float),
+        max_chars = environment.integer("REDISMEM_SUMMARY_MAX_CHARS", env)
+        return TruncationSummarizer(2000 if max_chars is None else max_chars)
+    base_url = environment.text("REDISMEM_LLM_BASE_URL", env)
+    model = environment.text("REDISMEM_LLM_MODEL", env)
+    if not base_url or not model:
+        raise InvalidInput(
+            "REDISMEM_SUMMARIZER=llm needs REDISMEM_LLM_BASE_URL and REDISMEM_LLM_MODEL"
         )
-    raise InvalidInput(f"REDISMEM_SUMMARIZER must be keypoints, truncate or llm, got {kind!r}")
+    timeout = environment.seconds("REDISMEM_LLM_TIMEOUT", env)
+    return LLMSummarizer(
+        base_url=base_url,
+        model=model,
+        api_key=environment.text("REDISMEM_LLM_API_KEY", env),
+        timeout=30.0 if timeout is None else timeout,
+    )

@@ -22,9 +22,12 @@ from helpers import redismem_command
 from worker_support import ROOT, WorkerPool, dialogue, eventually, wait_ready, worker_env
 
 from redismem import Memory
-from redismem.queue import QueueStats, SummaryQueue
+from redismem.config import WorkerConfig
+from redismem.errors import InvalidInput
+from redismem.queue import QueueStats, SummarizeArgs, unpack_job
 from redismem.summarizers import TruncationSummarizer
-from workers.jobs import MAX_TRIES, reconcile_pending, retry_delay, summarize_session
+from redismem.workers.context import resources
+from redismem.workers.jobs import MAX_TRIES, reconcile_pending, retry_delay, summarize_session
 
 SID = "s1"
 KEEP, BATCH = 4, 6
@@ -151,33 +154,30 @@ async def _failures_reach(raw: Any, memory: Memory, n: int) -> bool:
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def make_ctx(redis_url: str, raw: Any, namespace: str, queue_name: str) -> AsyncIterator[Any]:
-    """``make_ctx(memory_url, **extra)``: the ``ctx`` a worker gives its jobs,
-    with the queue (stats) on the session's real Redis."""
-    queues: list[SummaryQueue] = []
-    memories: list[Memory] = []
+    """``make_ctx(memory_url, memory, **extra)``: the ``ctx`` a worker gives its
+    jobs, with the queue (stats) on the session's real Redis."""
+    contexts: list[dict[str, Any]] = []
 
     async def make(memory_url: str, memory: Memory | None = None, **extra: Any) -> dict[str, Any]:
-        queue = SummaryQueue(redis_url, queue_name=queue_name, delay=0)
-        queues.append(queue)
+        config = WorkerConfig(
+            url=memory_url,
+            queue_url=redis_url,
+            queue_name=queue_name,
+            namespaces=(namespace,),
+            summarizer=TruncationSummarizer(),
+            summarizer_timeout=5.0,
+        )
+        ctx = {"redis": raw, **resources(config), **extra}
         if memory is not None:
-            memories.append(memory)
-        return {
-            "redis": raw,
-            "queue_url": redis_url,
-            "memory_url": memory_url,
-            "namespaces": [namespace],
-            "memories": {namespace: memory} if memory is not None else {},
-            "summarizer": TruncationSummarizer(),
-            "summarizer_timeout": 5.0,
-            "queue": queue,
-            **extra,
-        }
+            ctx["memories"][namespace] = memory
+        contexts.append(ctx)
+        return ctx
 
     yield make
-    for queue in queues:
-        await queue.aclose()
-    for memory in memories:
-        await memory.aclose()
+    for ctx in contexts:
+        await ctx["queue"].aclose()
+        for memory in ctx["memories"].values():
+            await memory.aclose()
 
 
 async def test_an_unreachable_redis_is_retried_with_backoff_then_recorded_keeping_the_mark(
@@ -281,3 +281,62 @@ async def test_the_sweep_gives_up_on_unreadable_settings_and_enqueues_nothing(
     assert await raw.zscore(pending, SID) is None
     assert await summary_jobs(raw, queue_name) == []
     assert "swept" not in (await stats(raw, memory))["counters"]
+
+
+# -- the job's arguments: the session, and the settings in their one encoded form --------
+
+
+async def test_a_job_carries_the_session_and_the_encoded_settings_only(
+    memory_factory: Any, raw: Any, redis_url: str, namespace: str, queue_name: str
+) -> None:
+    memory = await memory_factory(
+        redis_url,
+        keep_recent=KEEP,
+        summarize_batch=BATCH,
+        summarize_delay=60,  # stays queued: no worker here anyway
+        queue_name=queue_name,
+    )
+    await memory.write(dialogue(KEEP + BATCH), session_id=SID)
+    [key] = [k async for k in raw.scan_iter(match=f"arq:job:sum:{namespace}:*")]
+    job = unpack_job(await raw.get(key))
+    settings = f"{KEEP},{BATCH},1"
+    assert (job["f"], job["a"], job["k"]) == (
+        "summarize_session",
+        ["default", SID, namespace, settings],
+        {},
+    )
+    # The same form the write script stored in the session meta, for the sweep.
+    assert await raw.hget(memory.layout.session("default", SID).meta, "sumcfg") == settings.encode()
+    assert SummarizeArgs.decode(namespace, settings) == memory.summarize_args()
+
+
+@pytest.mark.parametrize(
+    "raw_settings", ["4,6", "4,six,1", "-1,6,1", "4,0,1", "4,6,yes", b"4,6,1", 7]
+)
+def test_settings_decode_only_their_encoded_form(raw_settings: Any) -> None:
+    if raw_settings == b"4,6,1":
+        assert SummarizeArgs.decode("ns", raw_settings) == SummarizeArgs("ns", 4, 6, True)
+        return
+    with pytest.raises(InvalidInput, match="summarization settings"):
+        SummarizeArgs.decode("ns", raw_settings)
+
+
+async def test_older_job_keywords_are_tolerated_and_bad_settings_are_recorded_not_retried(
+    memory_factory: Any, raw: Any, redis_url: str, namespace: str, make_ctx: Any
+) -> None:
+    memory = await memory_factory(redis_url, keep_recent=KEEP, summarize_batch=BATCH)
+    memory._enqueue_summary = _skip  # type: ignore[method-assign]
+    await memory.write(dialogue(KEEP + BATCH), session_id=SID)
+    ctx = await make_ctx(redis_url, memory, job_try=1)
+    # An older client's job: the settings as keywords (read from the meta instead).
+    result = await summarize_session(
+        ctx, "default", SID, namespace=namespace, keep_recent=KEEP, batch=BATCH, compact=True
+    )
+    assert (result["status"], result["summarized"]) == ("ok", BATCH)
+
+    pending = memory.layout.pending("default")
+    await raw.zadd(pending, {SID: 1})
+    result = await summarize_session(ctx, "default", SID, namespace, "4,six,1")
+    assert result["status"] == "failed"
+    assert result["error"].startswith("InvalidInput: summarization settings")
+    assert await raw.zscore(pending, SID) is None

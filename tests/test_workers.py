@@ -36,8 +36,8 @@ from worker_support import (
 from redismem import Memory, Message
 from redismem.queue import QueueStats, SummaryQueue
 from redismem.summarizers import TruncationSummarizer
-from workers.inprocess import InProcessWorker
-from workers.jobs import MAX_TRIES
+from redismem.workers.inprocess import InProcessWorker
+from redismem.workers.jobs import MAX_TRIES
 
 SID = "s1"
 KEEP, BATCH = 10, 20

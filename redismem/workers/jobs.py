@@ -1,8 +1,13 @@
 """The worker's jobs: summarize one session, and sweep for orphaned sessions.
 
-Both run in arq worker processes and take their shared resources from
-``ctx`` (see ``workers.settings``): one ``Memory`` per namespace, the
-summarizer, and the queue's Redis for stats.
+Both run in arq worker processes and take their settings and shared
+resources from ``ctx`` (see ``context.py``): the ``WorkerConfig``, one
+``Memory`` per namespace, and the queue's Redis for stats.
+
+A summarization job is ``summarize_session(user_id, session_id, namespace,
+settings)``, ``settings`` being ``SummarizeArgs.encode()`` of the write that
+made the session due: the form the write script also stores in the session
+meta, from which a job without it (the sweep's, or an older client's) reads it.
 
 How a summarization job ends when it fails (every Redis call goes through the
 ``Memory``'s call policy, so redis-py errors arrive mapped into redismem's tree):
@@ -26,18 +31,25 @@ cleared or given up meanwhile) does nothing.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from arq import Retry
 
-from redismem import Memory
-from redismem.errors import CorruptData, RedisMemError, StoreUnavailable, SummarizerError
+from redismem.client import Memory
+from redismem.errors import (
+    CorruptData,
+    InvalidInput,
+    RedisMemError,
+    StoreUnavailable,
+    SummarizerError,
+)
 from redismem.keys import KeyLayout, validate_id
-from redismem.queue import QueueStats, SummarizeArgs, SummaryQueue
+from redismem.queue import SummarizeArgs
 from redismem.summarize import settle_pending, summarize_pass
+
+from .context import config_of, memory_for, queue_of, stats_for
 
 __all__ = ["MAX_TRIES", "reconcile_pending", "retry_delay", "summarize_session"]
 
@@ -46,12 +58,6 @@ logger = logging.getLogger(__name__)
 #: Tries before a transient failure (summarizer, Redis unreachable) is
 #: recorded and given up.
 MAX_TRIES = 4
-#: arq's timeout for a summarization job. Short, so arq re-runs the job of a
-#: crashed worker soon (its in-progress key lives job_timeout + 10 s); a job
-#: starts another pass only while that pass can end before this timeout.
-JOB_TIMEOUT_S = max(1, int(float(os.environ.get("REDISMEM_JOB_TIMEOUT", "45"))))
-#: How long a pending mark may wait for its job before the sweep re-enqueues it.
-SWEEP_GRACE_MS = int(float(os.environ.get("REDISMEM_SWEEP_GRACE", "30")) * 1000)
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
 #: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
@@ -61,18 +67,6 @@ TRANSIENT_ERRORS = (SummarizerError, StoreUnavailable)
 def retry_delay(tries: int) -> float:
     """Seconds before the next try after ``tries`` failed ones (1, 2, 4, ... 30)."""
     return float(min(30.0, 0.5 * 2**tries))
-
-
-async def memory_for(ctx: dict[str, Any], namespace: str) -> Memory:
-    """The worker's ``Memory`` for a namespace, opened on first use."""
-    memories: dict[str, Memory] = ctx["memories"]
-    if namespace not in memories:
-        memories[namespace] = await Memory.connect(ctx["memory_url"], namespace=namespace)
-    return memories[namespace]
-
-
-def stats_for(ctx: dict[str, Any], layout: KeyLayout) -> QueueStats:
-    return QueueStats(ctx["redis"], layout, ctx.get("queue_url", ""))
 
 
 async def summarize_args(
@@ -85,9 +79,9 @@ async def summarize_args(
     if raw is None:
         return None
     try:
-        return SummarizeArgs.decode(namespace, raw.decode())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptData(meta, f"summarization settings {raw[:40]!r}: {exc}") from exc
+        return SummarizeArgs.decode(namespace, raw)
+    except InvalidInput as exc:
+        raise CorruptData(meta, str(exc)) from exc
 
 
 async def clear_mark(memory: Memory, user_id: str, session_id: str) -> None:
@@ -113,19 +107,20 @@ async def summarize_session(
     ctx: dict[str, Any],
     user_id: str,
     session_id: str,
-    *,
     namespace: str,
-    keep_recent: int | None = None,
-    batch: int | None = None,
-    compact: bool = True,
+    settings: str | None = None,
+    **_older: Any,
 ) -> dict[str, Any]:
     """Summarize a session's backlog until it is no longer due (or the time
-    budget runs out, then re-enqueue). How failures end: see the module
+    budget runs out, then re-enqueue). ``settings``: ``SummarizeArgs.encode()``,
+    else read from the session meta (jobs of older clients carried
+    ``keep_recent``, ``batch`` and ``compact`` keywords instead: the meta holds
+    the same settings, so those are ignored). How failures end: see the module
     docstring."""
     tries = int(ctx.get("job_try", 1))
     progress = _Progress()
     try:
-        await _summarize(ctx, progress, user_id, session_id, namespace, keep_recent, batch, compact)
+        await _summarize(ctx, progress, user_id, session_id, namespace, settings)
     except TRANSIENT_ERRORS as exc:
         if tries < MAX_TRIES:
             logger.warning("summarizing %r failed (try %d): %s", session_id, tries, exc)
@@ -153,10 +148,9 @@ async def _summarize(
     user_id: str,
     session_id: str,
     namespace: str,
-    keep_recent: int | None,
-    batch: int | None,
-    compact: bool,
+    settings: str | None,
 ) -> None:
+    config = config_of(ctx)
     memory = await memory_for(ctx, namespace)
     user_id = validate_id(user_id, "user_id")
     session_id = validate_id(session_id, "session_id")
@@ -166,27 +160,26 @@ async def _summarize(
         # may enqueue a session just as its job ends): nothing to do.
         progress.status = "not pending"
         return
-    if keep_recent is None or batch is None:
+    if settings is None:
         args = await summarize_args(memory, namespace, user_id, session_id)
         if args is None:
             await clear_mark(memory, user_id, session_id)
             progress.status = "gone"
             return
     else:
-        args = SummarizeArgs(namespace, keep_recent, batch, compact)
+        args = SummarizeArgs.decode(namespace, settings)
     stats = stats_for(ctx, memory.layout)
-    summarizer_timeout = float(ctx.get("summarizer_timeout", 30.0))
-    deadline = time.monotonic() + JOB_TIMEOUT_S - summarizer_timeout - 5
+    deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
         outcome = await summarize_pass(
             memory,
-            ctx["summarizer"],
+            config.summarizer,
             user_id=user_id,
             session_id=session_id,
             keep_recent=args.keep_recent,
             batch=args.batch,
             compact=args.compact,
-            summarizer_timeout=summarizer_timeout,
+            summarizer_timeout=config.summarizer_timeout,
         )
         progress.passes += 1
         if outcome.status == "committed":
@@ -210,8 +203,7 @@ async def _summarize(
             break
         if time.monotonic() > deadline:
             episode = f"{int(time.time() * 1000)}"
-            queue: SummaryQueue = ctx["queue"]
-            await queue.enqueue(user_id, session_id, episode, args, delay=0)
+            await queue_of(ctx).enqueue(user_id, session_id, episode, args, delay=0)
             break
     await stats.incr(jobs=1)
 
@@ -254,7 +246,7 @@ async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     died between its write and its enqueue). Each run examines a bounded
     slice of the keyspace, resuming the SCAN cursor where the last run ended."""
     enqueued = 0
-    for namespace in ctx["namespaces"]:
+    for namespace in config_of(ctx).namespaces:
         try:
             enqueued += await _sweep_namespace(ctx, namespace)
         except RedisMemError as exc:
@@ -280,8 +272,8 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
         lambda redis: redis.scan(cursor, match=layout.pending_pattern(), count=SWEEP_COUNT)
     )
     await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
-    cutoff = int(time.time() * 1000) - SWEEP_GRACE_MS
-    queue: SummaryQueue = ctx["queue"]
+    cutoff = int((time.time() - config_of(ctx).sweep_grace) * 1000)
+    queue = queue_of(ctx)
     enqueued = 0
     for key in pending_keys:
         user_id = layout.parse_key(key.decode()).user_id

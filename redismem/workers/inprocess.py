@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import warnings
 from types import TracebackType
 from typing import Any, Self
@@ -18,12 +19,14 @@ from typing import Any, Self
 import arq.worker
 from arq.connections import log_redis_info
 
-from redismem.config import EMBEDDED_URL
+from redismem.config import EMBEDDED_URL, WorkerConfig
 from redismem.queue import arq_pool
 
-from .settings import WorkerSettings, worker_ctx
+from .settings import worker_settings
 
 __all__ = ["InProcessWorker"]
+
+_numbers = itertools.count(1)
 
 
 async def _tolerant_redis_info(redis: Any, log_func: Any) -> None:
@@ -37,7 +40,11 @@ setattr(arq.worker, "log_redis_info", _tolerant_redis_info)  # noqa: B010 - patc
 
 
 class InProcessWorker:
-    """Run summarization jobs in this process: ``async with InProcessWorker(url): ...``."""
+    """Run summarization jobs in this process: ``async with InProcessWorker(url): ...``.
+
+    Settings not given come from the environment (``WorkerConfig.from_env``),
+    read when the worker is created; ``config`` gives them all at once.
+    """
 
     def __init__(
         self,
@@ -46,39 +53,28 @@ class InProcessWorker:
         summarizer: Any = None,
         namespaces: list[str] | None = None,
         queue_name: str | None = None,
+        config: WorkerConfig | None = None,
     ) -> None:
-        self._url = url
-        self._summarizer = summarizer
-        self._namespaces = namespaces
-        self._queue_name = queue_name or WorkerSettings.queue_name
+        if config is None:
+            given: dict[str, Any] = {"url": url, "queue_url": url}
+            if summarizer is not None:
+                given["summarizer"] = summarizer
+            if namespaces:
+                given["namespaces"] = tuple(namespaces)
+            if queue_name:
+                given["queue_name"] = queue_name
+            config = WorkerConfig.from_env(**given)
+            # Several may run in one process: each its own name.
+            config = config.replace(name=f"{config.name}-inprocess-{next(_numbers)}")
+        self.config = config
         self._worker: arq.worker.Worker | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        from redismem.queue import SummaryQueue
-
-        ctx = worker_ctx(self._summarizer, url=self._url)
-        ctx.update(
-            queue_name=self._queue_name,
-            queue=SummaryQueue(self._url, queue_name=self._queue_name),
-        )
-        if self._namespaces:
-            ctx["namespaces"] = self._namespaces
-        pool = arq_pool(self._url)
         self._worker = arq.worker.Worker(
-            functions=WorkerSettings.functions,
-            cron_jobs=WorkerSettings.cron_jobs,
-            on_startup=WorkerSettings.on_startup,
-            on_shutdown=WorkerSettings.on_shutdown,
-            redis_pool=pool,
-            queue_name=self._queue_name,
-            job_serializer=WorkerSettings.job_serializer,
-            job_deserializer=WorkerSettings.job_deserializer,
-            keep_result=0,
-            max_jobs=WorkerSettings.max_jobs,
-            poll_delay=WorkerSettings.poll_delay,
+            **worker_settings(self.config),
+            redis_pool=arq_pool(self.config.queue_url),
             handle_signals=False,
-            ctx=ctx,
         )
         self._task = asyncio.create_task(self._worker.async_run())
 

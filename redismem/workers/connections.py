@@ -1,0 +1,127 @@
+"""The worker's Redis connections, which ride out outages.
+
+The worker's arq pool retries connection errors and timeouts with capped
+exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
+Redis restart or failover only pauses the worker; past that it gives up (and
+its supervisor restarts it). Refused credentials are never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from arq.connections import ArqRedis, RedisSettings
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from redismem.connection import redis_errors
+from redismem.errors import StoreUnavailable
+from redismem.queue import pack_job, unpack_job
+
+__all__ = ["OUTAGE_S", "OutageRetry", "queue_pool", "redis_settings", "wait_for_redis"]
+
+logger = logging.getLogger(__name__)
+
+#: How long a worker rides out an unreachable Redis before giving up (and
+#: exiting, for its supervisor to restart it).
+OUTAGE_S = 300.0
+
+T = TypeVar("T")
+
+
+class OutageRetry(Retry):
+    """redis-py ``Retry`` bounded by time rather than tries: connection errors
+    (refused connects too) and timeouts are retried with capped exponential
+    backoff (0.2 s doubling to 2 s) for up to ``seconds``. Refused credentials
+    are not retried."""
+
+    __slots__ = ("_seconds",)
+
+    def __init__(self, seconds: float = OUTAGE_S) -> None:
+        super().__init__(ExponentialBackoff(cap=2.0, base=0.1), retries=-1)
+        # redis-py maps a refused connect (OSError) only after its retry loop.
+        self.update_supported_errors([OSError])
+        self._seconds = seconds
+
+    async def call_with_retry(
+        self, do: Callable[[], Awaitable[T]], fail: Callable[[rexc.RedisError], Any]
+    ) -> T:
+        deadline = time.monotonic() + self._seconds
+        failures = 0
+        while True:
+            try:
+                result = await do()
+            except self._supported_errors as error:
+                failures += 1
+                await fail(error)
+                remaining = deadline - time.monotonic()
+                if isinstance(error, rexc.AuthenticationError) or remaining <= 0:
+                    raise
+                if failures in (1, 10) or failures % 100 == 0:
+                    logger.warning(
+                        "Redis unavailable (%s); retrying for up to %.0f s more", error, remaining
+                    )
+                await asyncio.sleep(min(self._backoff.compute(failures), remaining))
+                continue
+            if failures:
+                logger.info("Redis is back after %d failed tries", failures)
+            return result
+
+
+def redis_settings(url: str) -> RedisSettings:
+    """arq ``RedisSettings`` for ``url`` that ride out outages, for arq's own
+    CLI (``arq workers.WorkerSettings``); ``redismem worker`` builds its pool
+    with ``queue_pool``, which keeps every URL option."""
+    settings = RedisSettings.from_dsn(url)
+    settings.retry = OutageRetry()
+    settings.retry_on_error = [rexc.ConnectionError, rexc.TimeoutError]
+    settings.retry_on_timeout = True
+    settings.conn_retries = 0  # OutageRetry already waits
+    return settings
+
+
+def queue_pool(url: str, queue: str) -> ArqRedis:
+    """The worker's arq pool on ``url``: msgpack jobs, bounded socket waits,
+    connection errors retried for up to ``OUTAGE_S``."""
+    pool = aioredis.ConnectionPool.from_url(
+        url,
+        retry=OutageRetry(),
+        retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
+        socket_connect_timeout=2.0,
+        socket_timeout=10.0,
+        socket_keepalive=True,
+    )
+    return ArqRedis(
+        connection_pool=pool,
+        job_serializer=pack_job,
+        job_deserializer=unpack_job,
+        default_queue_name=queue,
+    )
+
+
+async def wait_for_redis(url: str, seconds: float) -> None:
+    """Return once Redis at ``url`` answers PING. ``StoreUnavailable`` after
+    ``seconds`` of trying; ``StoreError`` at once for refused credentials."""
+    deadline = time.monotonic() + seconds
+    warned = False
+    while True:
+        client = aioredis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        try:
+            with redis_errors(url):
+                await client.ping()
+            return
+        except StoreUnavailable as exc:
+            if time.monotonic() + 1.0 > deadline:
+                raise StoreUnavailable(f"{exc} (waited {seconds:g} s)") from exc
+            if not warned:
+                logger.warning("%s; waiting up to %g s", exc, seconds)
+                warned = True
+        finally:
+            await client.aclose()
+        await asyncio.sleep(1.0)

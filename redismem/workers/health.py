@@ -1,0 +1,134 @@
+"""Per-worker health: heartbeats, and ``redismem worker --check``.
+
+Each worker records its own health under ``<queue>:health-check:<name>``
+(arq's ``health_check_key``, written by arq's poll loop with a TTL of the
+interval + 1 s) and registers its name in the ``<queue>:workers`` sorted set
+(score: last heartbeat, ms), which is how ``--check`` knows a worker that went
+quiet. ``<queue>:health-check`` still says that some worker is alive, for
+arq's own ``--check`` and older probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+
+from redismem.connection import redis_errors
+
+__all__ = [
+    "FORGET_S",
+    "HEALTH_INTERVAL_S",
+    "WorkerHealth",
+    "check",
+    "health_key",
+    "heartbeat",
+    "registry_key",
+    "worker_health",
+]
+
+logger = logging.getLogger(__name__)
+
+#: arq's health-check interval; a worker's health record lives this + 1 s.
+HEALTH_INTERVAL_S = 5
+#: A registered worker not heard from for this long is forgotten (it was
+#: replaced or stopped without deregistering).
+FORGET_S = 120
+
+
+def health_key(queue: str, name: str) -> str:
+    """arq's ``health_check_key`` of one worker."""
+    return f"{queue}:health-check:{name}"
+
+
+def registry_key(queue: str) -> str:
+    """Sorted set of the queue's workers, scored by their last heartbeat (ms)."""
+    return f"{queue}:workers"
+
+
+async def heartbeat(redis: Any, queue: str, name: str) -> None:
+    """Keep this worker registered, and ``<queue>:health-check`` alive (runs
+    until cancelled; a failed beat is logged, not raised)."""
+    ttl_ms = (HEALTH_INTERVAL_S + 1) * 1000
+    while True:
+        now = int(time.time() * 1000)
+        try:
+            pipe = redis.pipeline(transaction=False)
+            pipe.zadd(registry_key(queue), {name: now})
+            pipe.zremrangebyscore(registry_key(queue), "-inf", now - FORGET_S * 1000)
+            pipe.pexpire(registry_key(queue), FORGET_S * 1000)
+            pipe.set(f"{queue}:health-check", f"worker {name} alive", px=ttl_ms)
+            await pipe.execute()
+        except (rexc.RedisError, OSError) as exc:
+            logger.warning("could not record the heartbeat of worker %s: %s", name, exc)
+        await asyncio.sleep(HEALTH_INTERVAL_S)
+
+
+async def deregister(redis: Any, queue: str, name: str) -> None:
+    """Forget this worker (it is stopping cleanly). Best effort."""
+    try:
+        await redis.zrem(registry_key(queue), name)
+    except (rexc.RedisError, OSError) as exc:
+        logger.info("could not deregister worker %s: %s", name, exc)
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """One worker as ``redismem worker --check`` sees it."""
+
+    name: str
+    healthy: bool  # its health record is fresh
+    seen_ago: float | None  # seconds since its last heartbeat; None: not registered
+    record: str | None  # arq's health record (jobs complete, failed, ...)
+
+    def describe(self) -> str:
+        seen = "never registered" if self.seen_ago is None else f"seen {self.seen_ago:.0f}s ago"
+        if self.healthy:
+            return f"worker {self.name}: healthy ({self.record})"
+        return (
+            f"worker {self.name}: STALE, no health record in the last "
+            f"{HEALTH_INTERVAL_S + 1} s ({seen})"
+        )
+
+
+async def worker_health(url: str, queue: str, name: str | None = None) -> list[WorkerHealth]:
+    """Health of the worker ``name``, or of every worker of ``queue`` heard
+    from in the last ``FORGET_S`` seconds (oldest heartbeat first), read from
+    the queue Redis at ``url``."""
+    redis = aioredis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
+    now = time.time()
+    try:
+        with redis_errors(url):
+            if name is not None:
+                seen = {name: await redis.zscore(registry_key(queue), name)}
+            else:
+                rows = await redis.zrangebyscore(
+                    registry_key(queue), (now - FORGET_S) * 1000, "+inf", withscores=True
+                )
+                seen = {member.decode(): score for member, score in rows}
+            records = await redis.mget([health_key(queue, n) for n in seen]) if seen else []
+    finally:
+        await redis.aclose()
+    return [
+        WorkerHealth(
+            name=n,
+            healthy=record is not None,
+            seen_ago=None if score is None else max(0.0, now - score / 1000),
+            record=record.decode() if record is not None else None,
+        )
+        for (n, score), record in zip(seen.items(), records, strict=True)
+    ]
+
+
+async def check(url: str, queue: str, name: str | None = None) -> tuple[bool, list[str]]:
+    """``redismem worker --check [NAME]``: whether every worker seen (or the
+    worker ``name``) is healthy, and one line per worker (or why none is)."""
+    health = await worker_health(url, queue, name)
+    if not health:
+        return False, [f"no worker seen on queue {queue!r} in the last {FORGET_S} s"]
+    return all(w.healthy for w in health), [w.describe() for w in health]
