@@ -65,18 +65,31 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .client import Memory, summary_message
+from .checks import (
+    check_bool,
+    check_instance,
+    check_int,
+    check_memory,
+    check_message_list,
+    check_optional_callable,
+    check_optional_int,
+    check_optional_str,
+)
+from .counting import estimate_messages_tokens
 from .errors import InvalidInput, StoreError, SummarizerError
+from .fencing import summary_message
 from .keys import validate_id
 from .models import Message, Summary
 from .strategies import MemoryStrategy, TokenBudget
 from .summarize import summarize_pass
 from .summarizers import Summarizer
-from .tokens import estimate_messages_tokens
+
+if TYPE_CHECKING:
+    from .client import Memory
 
 __all__ = [
     "AgentMemory",
@@ -211,10 +224,7 @@ def _carry_local(old: Sequence[Message], stored: Sequence[Message]) -> list[Mess
 
 
 def _snapshot_count(snapshot: Mapping[str, Any], name: str) -> int:
-    value = snapshot.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidInput(f"snapshot[{name!r}] must be an int >= 0, got {value!r}")
-    return value
+    return check_int(f"snapshot[{name!r}]", snapshot.get(name))
 
 
 def _dump_message(message: Message) -> dict[str, Any]:
@@ -231,12 +241,6 @@ async def _notify(callback: Callback | None, argument: object, name: str) -> Non
             await outcome
     except Exception:
         logger.exception("the %s callback raised", name)
-
-
-def _check_callback(name: str, value: object) -> Callback | None:
-    if value is not None and not callable(value):
-        raise InvalidInput(f"{name} must be callable or None")
-    return value
 
 
 class AgentMemory:
@@ -257,34 +261,20 @@ class AgentMemory:
         agent_name: str | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> None:
-        if not isinstance(memory, Memory):
-            raise InvalidInput(f"expected a Memory, got {type(memory).__name__}")
-        if strategy is not None and not isinstance(strategy, MemoryStrategy):
-            raise InvalidInput("strategy must be a MemoryStrategy such as TokenBudget")
-        if summarizer is not None and not isinstance(summarizer, Summarizer):
-            raise InvalidInput("summarizer must have an async summarize(previous, messages)")
-        if not isinstance(auto_manage, bool):
-            raise InvalidInput(f"auto_manage must be a bool, got {auto_manage!r}")
-        if max_context_tokens is not None and (
-            not isinstance(max_context_tokens, int)
-            or isinstance(max_context_tokens, bool)
-            or max_context_tokens <= 0
-        ):
-            raise InvalidInput(
-                f"max_context_tokens must be a positive int or None, got {max_context_tokens!r}"
-            )
-        if agent_name is not None and not isinstance(agent_name, str):
-            raise InvalidInput("agent_name must be a str or None")
-        self._memory = memory
+        self._memory = check_memory(memory)
+        check_instance("strategy", strategy, MemoryStrategy, optional=True)
+        check_instance("summarizer", summarizer, Summarizer, optional=True)
+        self._auto_manage = check_bool("auto_manage", auto_manage)
+        self._max_context_tokens = check_optional_int(
+            "max_context_tokens", max_context_tokens, minimum=1
+        )
+        self._agent_name = check_optional_str("agent_name", agent_name)
         self._session_id = validate_id(session_id, "session_id")
         self._user_id = validate_id(user_id, "user_id")
         self._strategy = strategy
         self._summarizer = summarizer
-        self._auto_manage = auto_manage
-        self._max_context_tokens = max_context_tokens
-        self._on_managed = _check_callback("on_managed", on_managed)
-        self._on_manage_error = _check_callback("on_manage_error", on_manage_error)
-        self._agent_name = agent_name
+        self._on_managed = check_optional_callable("on_managed", on_managed)
+        self._on_manage_error = check_optional_callable("on_manage_error", on_manage_error)
         self._tags = dict(tags) if tags is not None else None
         self._window: list[Message] = []
         self._summary: Summary | None = None
@@ -356,8 +346,7 @@ class AgentMemory:
         window holds copies without the store's fields (id, created_at,
         token_count).
         """
-        if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
-            raise InvalidInput("messages must be a list of Message objects or dicts")
+        check_message_list(messages)
         copies = [_to_message(item, i) for i, item in enumerate(messages)]
         self._window.extend(copies)
         self._unsaved += len(copies)

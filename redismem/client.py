@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,11 +21,17 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from pydantic import ValidationError
 
 from . import codec
+from .checks import check_count as _check_count
+from .checks import check_tags as _check_tags
+from .checks import check_write_id as _check_write_id
+from .checks import new_write_id
 from .config import MemoryConfig
 from .connection import describe_url, open_redis
+from .counting import message_tokens
 from .errors import ClientClosed, CorruptData, InvalidInput, RedisMemError, StoreUnavailable
-from .fencing import fence, new_marker
-from .keys import KeyLayout, SessionKeys, validate_id
+from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
+from .fencing import summary_message
+from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
 from .models import (
     MESSAGE_LIST,
     Context,
@@ -40,7 +44,7 @@ from .models import (
 from .queue import SummarizeArgs, SummaryQueue
 from .scripts import SessionScripts
 from .strategies import MemoryStrategy
-from .tokens import estimate_tokens, message_tokens
+from .toolgroups import drop_orphan_tool_results
 
 if TYPE_CHECKING:
     from .agent_memory import AgentMemory, ManageResult
@@ -53,70 +57,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_MAX_TAGS = 64
 _SCAN_BATCH = 500
-_WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-
-
-def new_write_id() -> str:
-    """A fresh write id (128 random bits, 32 hex digits)."""
-    return os.urandom(16).hex()
-
-
-def _check_write_id(value: object) -> str:
-    if value is None:
-        return new_write_id()
-    if not isinstance(value, str) or not _WRITE_ID_RE.fullmatch(value):
-        raise InvalidInput(
-            f"write_id must be 1-128 printable ASCII characters without spaces, got {value!r}"
-        )
-    return value
-
-
-def _check_tags(tags: object) -> dict[str, str]:
-    if tags is None:
-        return {}
-    if not isinstance(tags, Mapping):
-        raise InvalidInput(f"tags must be a dict[str, str], not {type(tags).__name__}")
-    if len(tags) > _MAX_TAGS:
-        raise InvalidInput(f"at most {_MAX_TAGS} tags per call, got {len(tags)}")
-    for key, value in tags.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidInput(f"tag keys must be non-empty str, got {key!r}")
-        if not isinstance(value, str):
-            raise InvalidInput(f"tag values must be str, got {value!r} for {key!r}")
-    return dict(tags)
-
-
-def _check_count(name: str, value: object) -> int:
-    """-1 for None (no limit), else the non-negative int."""
-    if value is None:
-        return -1
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidInput(f"{name} must be an int >= 0 or None, got {value!r}")
-    return value
-
-
-def _lp(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return b"%d:" % len(raw) + raw
-
-
-def tag_index_prefix(key: str, value: str) -> bytes:
-    """Forward prefix of a tag pair in the user tag index (see ``_common.lua``)."""
-    return b"f" + _lp(key) + _lp(value)
 
 
 def _matches(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return all(tags.get(k) == v for k, v in wanted.items())
-
-
-def drop_orphan_tool_results(messages: list[Message]) -> list[Message]:
-    """Drop leading tool results whose assistant tool call is not in the list."""
-    start = 0
-    while start < len(messages) and messages[start].role == "tool":
-        start += 1
-    return messages[start:] if start else messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -877,34 +822,3 @@ def _tag_member_session(member: bytes) -> str | None:
         return rest[: int(size)].decode("utf-8")
     except UnicodeDecodeError:
         return None
-
-
-#: The label of the running summary inside a fenced memory message.
-SUMMARY_LABEL = "summary of the earlier conversation"
-
-
-def render_summary(text: str, marker: str | None = None) -> Message:
-    """The summary text as a fenced system message (see ``redismem.fence``)."""
-    return Message(
-        role="system",
-        content=fence([(SUMMARY_LABEL, [text])], marker),
-        metadata={"redismem": "summary"},
-    )
-
-
-def summary_message(
-    summary: Summary, tokenizer: Any = estimate_tokens, budget: int = -1
-) -> Message | None:
-    """The summary as a fenced system message, cut to ``budget`` tokens when
-    given (None when not even its fence fits)."""
-    text = summary.text
-    marker = new_marker([text])
-    message = render_summary(text, marker)
-    cost = message_tokens(message, tokenizer)
-    while budget >= 0 and cost > budget and text:
-        text = text[: max(0, len(text) - max(1, (cost - budget) * 4))]
-        message = render_summary(text, marker)
-        cost = message_tokens(message, tokenizer)
-    if budget >= 0 and cost > budget:
-        return None
-    return message.model_copy(update={"token_count": cost})

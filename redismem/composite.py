@@ -12,10 +12,18 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from .client import Memory
+from .checks import (
+    check_choice,
+    check_list_of,
+    check_message_list,
+    check_optional_int,
+    check_optional_str,
+    is_memory,
+)
 from .errors import InvalidInput
 from .models import MemoryEntry, Message
-from .providers import MemoryProvider, check_limit, check_query
+from .providers import MemoryProvider
+from .toolgroups import tool_units
 
 __all__ = [
     "MERGE_MODES",
@@ -51,16 +59,10 @@ def _message_key(message: Message) -> tuple[Any, ...]:
 
 
 def _units(messages: Sequence[Message]) -> list[list[Message]]:
-    """Split a list into atomic units: a tool call with its results, or one message."""
-    units: list[list[Message]] = []
-    in_group = False
-    for message in messages:
-        if in_group and message.role in ("tool", "system"):
-            units[-1].append(message)
-        else:
-            units.append([message])
-            in_group = message.role == "assistant" and bool(message.tool_calls)
-    return units
+    """Split a list into atomic units: a tool call with its results (and the
+    system messages after the call), or one message (an orphan too)."""
+    units = tool_units(messages, system="join", orphans="alone").units
+    return [[messages[position] for position in unit] for unit in units]
 
 
 def _write_order(message: Message) -> tuple[int, float, int]:
@@ -73,17 +75,8 @@ def _write_order(message: Message) -> tuple[int, float, int]:
 
 def _without_orphans(messages: list[Message]) -> list[Message]:
     """Drop tool results that do not follow their assistant tool call."""
-    out: list[Message] = []
-    in_group = False
-    for message in messages:
-        if message.role == "tool":
-            if in_group:
-                out.append(message)
-            continue
-        if message.role != "system":
-            in_group = message.role == "assistant" and bool(message.tool_calls)
-        out.append(message)
-    return out
+    dropped = set(tool_units(messages, system="free", orphans="drop").dropped)
+    return [message for position, message in enumerate(messages) if position not in dropped]
 
 
 def merge_messages(lists: Sequence[Sequence[Message]], merge: MergeMode) -> list[Message]:
@@ -108,8 +101,7 @@ def merge_messages(lists: Sequence[Sequence[Message]], merge: MergeMode) -> list
 
     In every mode tool results whose call is not right before them are dropped.
     """
-    if merge not in MERGE_MODES:
-        raise InvalidInput(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+    check_choice("merge", merge, MERGE_MODES)
     if merge == "priority":
         ordered = next((list(found) for found in lists if found), [])
     elif merge == "concat":
@@ -135,7 +127,7 @@ def merge_messages(lists: Sequence[Sequence[Message]], merge: MergeMode) -> list
 def _store_key(provider: object) -> tuple[str, str] | None:
     """The store a provider writes to, when it says (``.memory``); else None."""
     memory = getattr(provider, "memory", None)
-    if isinstance(memory, Memory):
+    if is_memory(memory):
         return (memory.config.url, memory.layout.namespace)
     return None
 
@@ -160,19 +152,11 @@ class CompositeMemory:
     def __init__(
         self, providers: Sequence[MemoryProvider], merge: MergeMode = "interleave"
     ) -> None:
-        if isinstance(providers, MemoryProvider) or not isinstance(providers, Sequence):
-            raise InvalidInput("providers must be a list of memory providers")
+        check_list_of("providers", providers, MemoryProvider, what="memory providers")
         if not providers:
             raise InvalidInput("CompositeMemory needs at least one provider")
-        for i, provider in enumerate(providers):
-            if not isinstance(provider, MemoryProvider):
-                raise InvalidInput(
-                    f"providers[{i}] is a {type(provider).__name__}, not a MemoryProvider"
-                )
-        if merge not in MERGE_MODES:
-            raise InvalidInput(f"merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
         self.providers: tuple[MemoryProvider, ...] = tuple(providers)
-        self.merge: MergeMode = merge
+        self.merge: MergeMode = check_choice("merge", merge, MERGE_MODES)
 
     def _writers(self) -> list[MemoryProvider]:
         seen: set[tuple[str, str]] = set()
@@ -196,8 +180,8 @@ class CompositeMemory:
         tags: Mapping[str, str] | None = None,
     ) -> list[Message]:
         """The providers' histories, merged."""
-        check_query(query)
-        check_limit("limit", limit)
+        check_optional_str("query", query)
+        check_optional_int("limit", limit)
         kwargs: dict[str, Any] = {
             "session_id": session_id,
             "user_id": user_id,
@@ -224,8 +208,7 @@ class CompositeMemory:
         agent_name: str | None = None,
     ) -> MemoryEntry | None:
         """Write once per distinct store; the first entry returned, in provider order."""
-        if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
-            raise InvalidInput("messages must be a list of Message objects or dicts")
+        check_message_list(messages)
         batch = list(messages)
         outcomes = await asyncio.gather(
             *(

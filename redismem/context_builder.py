@@ -38,17 +38,18 @@ Messages
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .client import SUMMARY_LABEL, drop_orphan_tool_results
+from .checks import check_fraction, check_int
+from .counting import fit_text, message_tokens
 from .errors import InvalidInput
-from .fencing import fence, new_marker, quote
+from .fencing import SUMMARY_LABEL, fence, new_marker, quote
 from .models import Message
-from .tokens import message_tokens
+from .toolgroups import drop_orphan_tool_results
 
 if TYPE_CHECKING:
     from .client import Memory
@@ -157,18 +158,6 @@ def _note_items(notes: object) -> list[str]:
     return items
 
 
-def _check_args(max_tokens: object, history_ratio: object) -> tuple[int, float]:
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens <= 0:
-        raise InvalidInput(f"max_tokens must be a positive int, got {max_tokens!r}")
-    if (
-        not isinstance(history_ratio, int | float)
-        or isinstance(history_ratio, bool)
-        or not 0 <= history_ratio <= 1
-    ):
-        raise InvalidInput(f"history_ratio must be a number in [0, 1], got {history_ratio!r}")
-    return max_tokens, float(history_ratio)
-
-
 # -- the memory message ------------------------------------------------------------
 
 
@@ -191,20 +180,6 @@ class _MemoryBlock:
         return Message(role="system", content=content, metadata={"redismem": "memory"})
 
 
-def _fit_head(text: str, fits: Callable[[str], bool]) -> str:
-    """The longest prefix of ``text`` that ``fits`` ("" when none does)."""
-    if fits(text):
-        return text
-    low, high = 0, len(text)  # text[:low] fits (or is ""), text[:high] does not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if fits(text[:middle]):
-            low = middle
-        else:
-            high = middle
-    return text[:low]
-
-
 # -- building ----------------------------------------------------------------------
 
 
@@ -220,7 +195,8 @@ async def build_context(
     notes: Sequence[str | Mapping[str, Any]] | None = None,
 ) -> BuiltContext:
     """The messages for one turn (see the module docstring for the rules)."""
-    budget, ratio = _check_args(max_tokens, history_ratio)
+    budget = check_int("max_tokens", max_tokens, minimum=1)
+    ratio = check_fraction("history_ratio", history_ratio)
     tokenizer = memory.config.tokenizer
 
     def cost(message: Message) -> int:
@@ -250,17 +226,19 @@ async def build_context(
 
     block = _MemoryBlock([summary_text, *profile_items, *note_items])
 
-    def fits(summary: str, kept_profile: list[str], kept_notes: list[str]) -> bool:
+    def used(summary: str, kept_profile: list[str], kept_notes: list[str]) -> int:
         note = block.render(summary, kept_profile, kept_notes)
-        used = request_cost + history_cost + (cost(note) if note is not None else 0)
-        return used <= budget
+        return request_cost + history_cost + (cost(note) if note is not None else 0)
+
+    def fits(summary: str, kept_profile: list[str], kept_notes: list[str]) -> bool:
+        return used(summary, kept_profile, kept_notes) <= budget
 
     # The memory message's header and fence come out of the rest of the budget;
     # the summary is cut further only when they do not fit beside it.
-    if summary_text and not fits(summary_text, [], []):
-        summary_text = _fit_head(summary_text, lambda text: fits(text, [], []))
-        if not summary_text.strip():
-            summary_text = ""
+    if summary_text:
+        cut = fit_text(summary_text, lambda text: used(text, [], []), budget)
+        if len(cut) < len(summary_text):
+            summary_text = cut if cut.strip() else ""
     kept_profile: list[str] = []
     for item in profile_items:
         if fits(summary_text, [*kept_profile, item], []):

@@ -14,12 +14,19 @@ profiles, notes) goes into one system message shaped like this::
 every data line is prefixed with ``"| "`` (after splitting on every kind of
 line break), so no remembered text can close the fence early or pass for a
 line of the header: "ignore previous instructions" comes out quoted, inside.
+
+The running summary alone is such a message (``summary_message``), cut to a
+token budget when one is given; ``build_context`` puts it in one memory
+message with profile and notes, under the same label.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+from .counting import estimate_tokens, fit_text, message_tokens
+from .models import Message, Summary
 
 __all__ = ["MEMORY_DATA_HEADER", "fence", "unfence"]
 
@@ -84,3 +91,38 @@ def unfence(text: str) -> dict[str, str]:
         elif inside and current is not None and line.startswith(_QUOTE.rstrip()):
             current.append(line[len(_QUOTE) :])
     return {label: "\n".join(lines) for label, lines in sections.items()}
+
+
+#: The label of the running summary inside a fenced memory message.
+SUMMARY_LABEL = "summary of the earlier conversation"
+
+
+def render_summary(text: str, marker: str | None = None) -> Message:
+    """The summary text as a fenced system message."""
+    return Message(
+        role="system",
+        content=fence([(SUMMARY_LABEL, [text])], marker),
+        metadata={"redismem": "summary"},
+    )
+
+
+def summary_message(
+    summary: Summary, tokenizer: Callable[[str], int] = estimate_tokens, budget: int = -1
+) -> Message | None:
+    """The summary as a fenced system message with its ``token_count``, its
+    text cut to its longest start that fits ``budget`` tokens when one is
+    given (None when not even the empty fence fits)."""
+    marker = new_marker([summary.text])
+    message = render_summary(summary.text, marker)
+    tokens = message_tokens(message, tokenizer)
+    if 0 <= budget < tokens:
+
+        def cost(text: str) -> int:
+            return message_tokens(render_summary(text, marker), tokenizer)
+
+        text = fit_text(summary.text, cost, budget, text_cost=tokens)
+        message = render_summary(text, marker)
+        tokens = message_tokens(message, tokenizer)
+        if tokens > budget:
+            return None
+    return message.model_copy(update={"token_count": tokens})

@@ -42,7 +42,15 @@ from functools import lru_cache
 
 from .errors import InvalidInput
 
-__all__ = ["KeyLayout", "ParsedKey", "SessionKeys", "escape_id", "unescape_id", "validate_id"]
+__all__ = [
+    "KeyLayout",
+    "ParsedKey",
+    "SessionKeys",
+    "escape_id",
+    "tag_index_prefix",
+    "unescape_id",
+    "validate_id",
+]
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # used with fullmatch
@@ -106,6 +114,16 @@ def unescape_id(escaped: str) -> str:
     if escape_id(value) != escaped:
         raise InvalidInput(f"{escaped!r} is not the canonical escape of {value!r}")
     return value
+
+
+def _lp(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return b"%d:" % len(raw) + raw
+
+
+def tag_index_prefix(key: str, value: str) -> bytes:
+    """Forward prefix of a tag pair in the user tag index (see ``_common.lua``)."""
+    return b"f" + _lp(key) + _lp(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,17 +30,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .client import Memory, drop_orphan_tool_results, render_summary, summary_message
+from .checks import (
+    check_instance,
+    check_int,
+    check_memory,
+    check_optional_bool,
+    check_optional_int,
+    check_optional_str,
+)
+from .counting import fit_text, message_tokens
 from .errors import InvalidInput, StoreError, StoreUnavailable, SummarizerError
+from .fencing import render_summary, summary_message
 from .keys import validate_id
 from .models import MemoryEntry, Message
 from .queue import SummarizeArgs
 from .strategies import Hybrid, MemoryStrategy, SlidingWindow, TokenBudget, Turns
 from .summarize import settle_pending, summarize_pass
 from .summarizers import Summarizer
-from .tokens import message_tokens
+from .toolgroups import drop_orphan_tool_results
+
+if TYPE_CHECKING:
+    from .client import Memory
 
 __all__ = [
     "BufferMemory",
@@ -93,33 +105,7 @@ class MemoryProvider(Protocol):
         ...
 
 
-# -- argument checks -------------------------------------------------------------
-
-
-def check_limit(name: str, value: object, *, allow_zero: bool = True) -> int | None:
-    if value is None:
-        return None
-    low = 0 if allow_zero else 1
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise InvalidInput(f"{name} must be an int >= {low} or None, got {value!r}")
-    return value
-
-
-def check_query(query: object) -> None:
-    if query is not None and not isinstance(query, str):
-        raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
-
-
-def _check_memory(memory: object) -> Memory:
-    if not isinstance(memory, Memory):
-        raise InvalidInput(f"expected a Memory, got {type(memory).__name__}")
-    return memory
-
-
-def _check_store_system(value: object) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise InvalidInput(f"store_system must be a bool or None, got {value!r}")
-    return value
+# -- helpers ------------------------------------------------------------------------
 
 
 def _check_ids(session_id: object, user_id: object) -> None:
@@ -143,22 +129,6 @@ def _limits_strategy(max_messages: int | None, max_tokens: int | None) -> Memory
     return None
 
 
-def _drop_partial_group_head(messages: list[Message]) -> list[Message]:
-    """Drop the tail of a tool group cut at the start of a windowed read.
-
-    ``Memory.read`` drops leading tool results; a system message between the
-    call and its results may still lead. Leading system and tool messages up
-    to the last tool result among them belong to a group whose call was cut.
-    """
-    cut = 0
-    for position, message in enumerate(messages):
-        if message.role == "tool":
-            cut = position + 1
-        elif message.role != "system":
-            break
-    return messages[cut:]
-
-
 # -- providers on one Memory ------------------------------------------------------
 
 
@@ -166,8 +136,8 @@ class _StoreProvider:
     """Writes, clears and entries shared by the providers on one ``Memory``."""
 
     def __init__(self, memory: Memory, *, store_system: bool | None) -> None:
-        self._memory = _check_memory(memory)
-        self._store_system = _check_store_system(store_system)
+        self._memory = check_memory(memory)
+        self._store_system = check_optional_bool("store_system", store_system)
 
     @property
     def memory(self) -> Memory:
@@ -233,8 +203,8 @@ class BufferMemory(_StoreProvider):
         store_system: bool | None = None,
     ) -> None:
         super().__init__(memory, store_system=store_system)
-        self.max_messages = check_limit("max_messages", max_messages, allow_zero=False)
-        self.max_tokens = check_limit("max_tokens", max_tokens, allow_zero=False)
+        self.max_messages = check_optional_int("max_messages", max_messages, minimum=1)
+        self.max_tokens = check_optional_int("max_tokens", max_tokens, minimum=1)
 
     async def read(
         self,
@@ -246,8 +216,8 @@ class BufferMemory(_StoreProvider):
         tags: Mapping[str, str] | None = None,
     ) -> list[Message]:
         """The newest stored messages within the limits, oldest first."""
-        check_query(query)
-        count = _min_limit(self.max_messages, check_limit("limit", limit))
+        check_optional_str("query", query)
+        count = _min_limit(self.max_messages, check_optional_int("limit", limit))
         if count == 0:
             _check_ids(session_id, user_id)
             return []
@@ -260,7 +230,8 @@ class BufferMemory(_StoreProvider):
             tags=tags,
             max_tokens=self.max_tokens,
         )
-        messages = _drop_partial_group_head(messages)
+        # A system message between the cut call and its results may still lead.
+        messages = drop_orphan_tool_results(messages, system="join_if_results_follow")
         strategy = _limits_strategy(count, self.max_tokens)
         if strategy is None:
             return messages
@@ -287,8 +258,8 @@ class SlidingWindowMemory(_StoreProvider):
         store_system: bool | None = None,
     ) -> None:
         super().__init__(memory, store_system=store_system)
-        self.max_tokens = check_limit("max_tokens", max_tokens, allow_zero=False)
-        self.max_turns = check_limit("max_turns", max_turns, allow_zero=False)
+        self.max_tokens = check_optional_int("max_tokens", max_tokens, minimum=1)
+        self.max_turns = check_optional_int("max_turns", max_turns, minimum=1)
         if self.max_tokens is None and self.max_turns is None:
             raise InvalidInput("SlidingWindowMemory needs max_tokens, max_turns or both")
 
@@ -308,8 +279,8 @@ class SlidingWindowMemory(_StoreProvider):
         tags: Mapping[str, str] | None = None,
     ) -> list[Message]:
         """The newest whole turns within the limits, oldest first."""
-        check_query(query)
-        count = check_limit("limit", limit)
+        check_optional_str("query", query)
+        count = check_optional_int("limit", limit)
         if count == 0:
             _check_ids(session_id, user_id)
             return []
@@ -360,13 +331,10 @@ class SummarizingMemory(_StoreProvider):
         store_system: bool | None = None,
     ) -> None:
         super().__init__(memory, store_system=store_system)
-        recent = check_limit("recent_messages", recent_messages)
-        every = check_limit("summarize_every", summarize_every, allow_zero=False)
-        budget = check_limit("max_summary_tokens", max_summary_tokens, allow_zero=False)
-        if recent is None or every is None or budget is None:
-            raise InvalidInput("recent_messages, summarize_every and max_summary_tokens are ints")
-        if summarizer is not None and not isinstance(summarizer, Summarizer):
-            raise InvalidInput("summarizer must have an async summarize(previous, messages)")
+        recent = check_int("recent_messages", recent_messages)
+        every = check_int("summarize_every", summarize_every, minimum=1)
+        budget = check_int("max_summary_tokens", max_summary_tokens, minimum=1)
+        check_instance("summarizer", summarizer, Summarizer, optional=True)
         header = message_tokens(render_summary(""), self._memory.config.tokenizer)
         if budget <= header:
             raise InvalidInput(
@@ -377,16 +345,17 @@ class SummarizingMemory(_StoreProvider):
         self.max_summary_tokens = budget
         self._summarizer = summarizer
         self._bounded = (
-            _BoundedSummarizer(summarizer, self._summary_fits) if summarizer is not None else None
+            _BoundedSummarizer(summarizer, self._summary_cost, budget)
+            if summarizer is not None
+            else None
         )
 
     @property
     def summarizer(self) -> Summarizer | None:
         return self._summarizer
 
-    def _summary_fits(self, text: str) -> bool:
-        note = render_summary(text)
-        return message_tokens(note, self._memory.config.tokenizer) <= self.max_summary_tokens
+    def _summary_cost(self, text: str) -> int:
+        return message_tokens(render_summary(text), self._memory.config.tokenizer)
 
     def _summarize_settings(self) -> str:
         return SummarizeArgs(
@@ -468,8 +437,8 @@ class SummarizingMemory(_StoreProvider):
         tags: Mapping[str, str] | None = None,
     ) -> list[Message]:
         """The summary message (if any), then the unsummarized messages."""
-        check_query(query)
-        count = check_limit("limit", limit)
+        check_optional_str("query", query)
+        count = check_optional_int("limit", limit)
         tokenizer = self._memory.config.tokenizer
         if tags:
             # Messages first, then the summary: a summary committed in between
@@ -496,29 +465,24 @@ class SummarizingMemory(_StoreProvider):
 
 @dataclass(frozen=True, slots=True)
 class _BoundedSummarizer:
-    """A summarizer whose output is cut, at its start, until ``fits`` accepts it."""
+    """A summarizer whose output is cut, at its start, to ``budget`` tokens
+    (``cost`` counts a summary message)."""
 
     inner: Summarizer
-    fits: Callable[[str], bool]
+    cost: Callable[[str], int]
+    budget: int
 
     async def summarize(self, previous: str | None, messages: Sequence[Message]) -> str:
         text = await self.inner.summarize(previous, messages)
-        if not isinstance(text, str) or self.fits(text):
+        if not isinstance(text, str):
             return text
-        return _fit_tail(text, self.fits)
+        kept = fit_text(text, self.cost, self.budget, keep="tail")
+        return kept if len(kept) == len(text) else _from_a_line(kept)
 
 
-def _fit_tail(text: str, fits: Callable[[str], bool]) -> str:
-    """The longest suffix of ``text`` that ``fits``, starting at a line when one does."""
-    low, high = 0, len(text)  # text[high:] == "" fits, text[low:] does not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if fits(text[middle:]):
-            high = middle
-        else:
-            low = middle
-    kept = text[high:]
-    newline = kept.find("\n")
-    if 0 <= newline < len(kept) - 1 and kept[newline + 1 :].strip():
-        kept = kept[newline + 1 :]
-    return kept
+def _from_a_line(text: str) -> str:
+    """``text`` from its second line on, when that holds more than blanks."""
+    newline = text.find("\n")
+    if 0 <= newline < len(text) - 1 and text[newline + 1 :].strip():
+        return text[newline + 1 :]
+    return text

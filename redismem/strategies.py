@@ -8,11 +8,12 @@ Tool groups are atomic
     An assistant message with ``tool_calls`` and the tool messages right after
     it form one group (system messages sitting between the call and its
     results belong to the group too; results are matched by position, not by
-    call id). A group is kept or dropped whole, so ``kept`` never starts with
-    a tool result whose call was cut and never holds a tool call whose
-    results were cut. A trailing tool call with no results
-    yet is a group of one: it is the real state of the conversation and is
-    kept like any other message.
+    call id: the rule of ``redismem.toolgroups`` with
+    ``system="join_if_results_follow"``). A group is kept or dropped whole,
+    so ``kept`` never starts with a tool result whose call was cut and never
+    holds a tool call whose results were cut. A trailing tool call with no
+    results yet is a group of one: it is the real state of the conversation
+    and is kept like any other message.
 
 Orphaned tool results are dropped
     A tool message that does not follow an assistant tool call (its call was
@@ -42,6 +43,8 @@ Order is kept
 
 Token costs are a message's stored ``token_count`` when set, else
 ``message_tokens(message, tokenizer)``.
+
+``trim_to_token_budget`` is the shorthand for ``TokenBudget``'s kept messages.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Protocol, runtime_checkable
 
-from .errors import InvalidInput
+from .checks import check_bool, check_int, check_items
+from .counting import estimate_tokens, message_tokens
 from .models import Message
-from .tokens import estimate_tokens, message_tokens
+from .toolgroups import SystemRule, ToolUnits, is_tool_call, tool_units
 
 __all__ = [
     "Hybrid",
@@ -61,6 +65,7 @@ __all__ = [
     "StrategyResult",
     "TokenBudget",
     "Turns",
+    "trim_to_token_budget",
 ]
 
 
@@ -98,9 +103,9 @@ class SlidingWindow:
     count_system: bool = True
 
     def __post_init__(self) -> None:
-        _check_positive("max_messages", self.max_messages)
-        _check_non_negative("preserve_recent", self.preserve_recent)
-        _check_bool("count_system", self.count_system)
+        check_int("max_messages", self.max_messages, minimum=1)
+        check_int("preserve_recent", self.preserve_recent)
+        check_bool("count_system", self.count_system)
 
     def apply(
         self,
@@ -132,9 +137,9 @@ class TokenBudget:
     count_system: bool = True
 
     def __post_init__(self) -> None:
-        _check_positive("max_tokens", self.max_tokens)
-        _check_non_negative("preserve_recent", self.preserve_recent)
-        _check_bool("count_system", self.count_system)
+        check_int("max_tokens", self.max_tokens, minimum=1)
+        check_int("preserve_recent", self.preserve_recent)
+        check_bool("count_system", self.count_system)
 
     def apply(
         self,
@@ -168,10 +173,10 @@ class Hybrid:
     count_system: bool = True
 
     def __post_init__(self) -> None:
-        _check_positive("max_messages", self.max_messages)
-        _check_positive("max_tokens", self.max_tokens)
-        _check_non_negative("preserve_recent", self.preserve_recent)
-        _check_bool("count_system", self.count_system)
+        check_int("max_messages", self.max_messages, minimum=1)
+        check_int("max_tokens", self.max_tokens, minimum=1)
+        check_int("preserve_recent", self.preserve_recent)
+        check_bool("count_system", self.count_system)
 
     def apply(
         self,
@@ -208,10 +213,10 @@ class Turns:
     count_system: bool = True
 
     def __post_init__(self) -> None:
-        _check_positive("max_turns", self.max_turns)
+        check_int("max_turns", self.max_turns, minimum=1)
         if self.max_tokens is not None:
-            _check_positive("max_tokens", self.max_tokens)
-        _check_bool("count_system", self.count_system)
+            check_int("max_tokens", self.max_tokens, minimum=1)
+        check_bool("count_system", self.count_system)
 
     def apply(
         self,
@@ -219,52 +224,43 @@ class Turns:
         tokenizer: Callable[[str], int] = estimate_tokens,
     ) -> StrategyResult:
         layout = _layout(messages, self.count_system)
-        turns = _turns(messages, layout.groups)
+        turns = _turns(messages, layout.units)
         costs = [(1, _tokens(messages, turn, tokenizer)) for turn in turns]
         first = _first_kept_unit(costs, (self.max_turns, self.max_tokens), preserved_units=0)
         return _result(messages, layout.free, turns[first:])
 
 
+def trim_to_token_budget(
+    messages: Sequence[Message],
+    max_tokens: int,
+    tokenizer: Callable[[str], int] = estimate_tokens,
+) -> list[Message]:
+    """The most recent messages whose tokens fit in ``max_tokens``, in order.
+
+    Shorthand for ``TokenBudget(max_tokens).apply(messages, tokenizer).kept``
+    (see ``redismem.strategies`` for the full rules). In short: an assistant
+    tool call and the tool results right after it are kept or cut together,
+    so the result never starts with an orphaned tool result and never holds a
+    tool call whose results were cut; a trailing tool call that has no
+    results yet is kept like any message; tool results whose call is not in
+    ``messages`` are left out. Stored ``token_count`` values are used when
+    set. ``max_tokens=0`` keeps nothing; a negative budget is ``InvalidInput``.
+    """
+    if check_int("max_tokens", max_tokens) == 0:
+        return []
+    return TokenBudget(max_tokens).apply(messages, tokenizer).kept
+
+
 # -- shared machinery ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """Positions in the input: budgeted groups, free messages, orphans."""
-
-    groups: list[list[int]]  # oldest first; each kept or dropped whole
-    free: list[int]  # always kept, outside every budget (uncounted system messages)
-
-
-def _layout(messages: Sequence[Message], count_system: bool) -> _Layout:
-    """Group the positions of ``messages``; orphaned tool results are in no list."""
-    for position, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise InvalidInput(f"messages[{position}] is a {type(message).__name__}, not a Message")
-    groups: list[list[int]] = []
-    free: list[int] = []
-    in_tool_group = False  # is groups[-1] an assistant tool call awaiting more results?
-    for position, message in enumerate(messages):
-        if message.role == "system" and not count_system:
-            free.append(position)
-        elif message.role == "tool":
-            if in_tool_group:
-                groups[-1].append(position)
-            # else: an orphaned tool result, dropped.
-        elif message.role == "system" and in_tool_group and _results_follow(messages, position):
-            groups[-1].append(position)
-        else:
-            groups.append([position])
-            in_tool_group = message.role == "assistant" and bool(message.tool_calls)
-    return _Layout(groups=groups, free=free)
-
-
-def _results_follow(messages: Sequence[Message], position: int) -> bool:
-    """Whether the next non-system message after ``position`` is a tool result."""
-    for message in messages[position + 1 :]:
-        if message.role != "system":
-            return message.role == "tool"
-    return False
+def _layout(messages: Sequence[Message], count_system: bool) -> ToolUnits:
+    """Group the positions of ``messages``: budgeted units (each kept or dropped
+    whole), free positions (uncounted system messages, always kept) and
+    orphaned tool results (dropped)."""
+    check_items("messages", messages, Message)
+    system: SystemRule = "join_if_results_follow" if count_system else "free"
+    return tool_units(messages, system=system, orphans="drop")
 
 
 def _turns(messages: Sequence[Message], groups: list[list[int]]) -> list[list[int]]:
@@ -274,7 +270,7 @@ def _turns(messages: Sequence[Message], groups: list[list[int]]) -> list[list[in
     for group in groups:
         current.extend(group)
         head = messages[group[0]]
-        if head.role == "assistant" and not head.tool_calls:
+        if head.role == "assistant" and not is_tool_call(head):
             turns.append(current)
             current = []
     if current:
@@ -292,7 +288,7 @@ def _apply_limits(
     count_system: bool,
 ) -> StrategyResult:
     layout = _layout(messages, count_system)
-    groups = layout.groups
+    groups = layout.units
     costs = [(len(group), _tokens(messages, group, tokenizer)) for group in groups]
     first = _first_kept_unit(
         costs, (max_messages, max_tokens), _preserved_groups(groups, preserve_recent)
@@ -357,18 +353,3 @@ def _result(
     kept = [m for position, m in enumerate(messages) if position in kept_positions]
     dropped = [m for position, m in enumerate(messages) if position not in kept_positions]
     return StrategyResult(kept=kept, dropped=dropped)
-
-
-def _check_positive(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_non_negative(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidInput(f"{name} must be a non-negative integer, got {value!r}")
-
-
-def _check_bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{name} must be a bool, got {value!r}")

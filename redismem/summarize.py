@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from . import codec
 from .errors import SummarizerError
 from .keys import validate_id
-from .models import Message
+from .toolgroups import split_at_tool_boundary
 
 if TYPE_CHECKING:
     from .client import Memory
@@ -51,21 +51,6 @@ class SummarizeOutcome:
     #: ``settle_pending``).
     seq: int = 0
     gen: str = ""
-
-
-def split_at_tool_boundary(batch: list[Message], following: Message | None) -> list[Message]:
-    """Shorten ``batch`` so it does not end inside a tool-call sequence.
-
-    ``following`` is the first message after the batch, if any. The batch may
-    not end with an assistant tool call, nor be followed by a tool result.
-    """
-    batch = list(batch)
-    while batch and (
-        (batch[-1].role == "assistant" and batch[-1].tool_calls)
-        or (following is not None and following.role == "tool")
-    ):
-        following = batch.pop()
-    return batch
 
 
 async def summarize_pass(

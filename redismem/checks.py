@@ -1,0 +1,215 @@
+"""Argument checks: every public entry point checks its arguments with these.
+
+A checker returns the value it was given (typed), or raises ``InvalidInput``
+(also a ``ValueError``) naming the argument; nothing has been sent to Redis
+then. ``bool`` is not accepted where an ``int`` is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+
+from .errors import InvalidInput
+from .models import Message
+
+if TYPE_CHECKING:
+    from .client import Memory
+
+__all__ = [
+    "MAX_TAGS",
+    "check_bool",
+    "check_choice",
+    "check_count",
+    "check_fraction",
+    "check_instance",
+    "check_int",
+    "check_items",
+    "check_list_of",
+    "check_memory",
+    "check_message_list",
+    "check_optional_bool",
+    "check_optional_callable",
+    "check_optional_int",
+    "check_optional_str",
+    "check_tags",
+    "check_text",
+    "check_write_id",
+    "is_memory",
+    "new_write_id",
+]
+
+T = TypeVar("T")
+
+#: Most tag pairs one call may carry.
+MAX_TAGS = 64
+_WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
+# Looked up, not imported: see is_memory.
+_CLIENT_MODULE = f"{__name__.rpartition('.')[0]}.client"
+
+
+# -- scalars ------------------------------------------------------------------
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: object, *, minimum: int = 0) -> int:
+    """An ``int >= minimum``."""
+    if not _is_int(value) or value < minimum:
+        raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_optional_int(name: str, value: object, *, minimum: int = 0) -> int | None:
+    """An ``int >= minimum``, or None (no limit)."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < minimum:
+        raise InvalidInput(f"{name} must be an int >= {minimum} or None, got {value!r}")
+    return value
+
+
+def check_count(name: str, value: object) -> int:
+    """An ``int >= 0``, or None given as -1 (no limit: the scripts' convention)."""
+    count = check_optional_int(name, value)
+    return -1 if count is None else count
+
+
+def check_fraction(name: str, value: object) -> float:
+    """A number in ``[0, 1]``."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise InvalidInput(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+def check_optional_bool(name: str, value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be a bool or None, got {value!r}")
+    return value
+
+
+def check_text(name: str, value: object) -> str:
+    """A non-empty ``str``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{name} must be a non-empty str, got {value!r}")
+    return value
+
+
+def check_optional_str(name: str, value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a str or None, not {type(value).__name__}")
+    return value
+
+
+def check_choice(name: str, value: object, choices: Sequence[T]) -> T:
+    """One of ``choices``."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise InvalidInput(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def check_optional_callable(name: str, value: object) -> Callable[..., Any] | None:
+    if value is not None and not callable(value):
+        raise InvalidInput(f"{name} must be callable or None, not {type(value).__name__}")
+    return value
+
+
+def check_instance(name: str, value: object, cls: type, *, optional: bool = False) -> None:
+    """``value`` is a ``cls`` (a class or a runtime-checkable protocol), or
+    None when ``optional``."""
+    if (value is None and optional) or isinstance(value, cls):
+        return
+    none = " or None" if optional else ""
+    raise InvalidInput(f"{name} must be a {cls.__name__}{none}, not {type(value).__name__}")
+
+
+# -- collections ----------------------------------------------------------------
+
+
+def check_items(name: str, values: Iterable[object], cls: type) -> None:
+    """Every item of ``values`` is a ``cls``."""
+    for position, value in enumerate(values):
+        if not isinstance(value, cls):
+            raise InvalidInput(
+                f"{name}[{position}] is a {type(value).__name__}, not a {cls.__name__}"
+            )
+
+
+def check_list_of(name: str, value: object, cls: type, *, what: str) -> None:
+    """A sequence (not a single ``cls``) of ``cls`` items; ``what`` names them."""
+    if isinstance(value, cls) or not isinstance(value, Sequence):
+        raise InvalidInput(f"{name} must be a list of {what}")
+    check_items(name, value, cls)
+
+
+def check_message_list(messages: object) -> None:
+    """An iterable of messages (``Message`` objects or dicts, checked one by
+    one later), not a single message."""
+    if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
+        raise InvalidInput("messages must be a list of Message objects or dicts")
+
+
+def check_tags(tags: object) -> dict[str, str]:
+    """At most ``MAX_TAGS`` pairs of ``str`` (keys non-empty); None is no tags."""
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise InvalidInput(f"tags must be a dict[str, str], not {type(tags).__name__}")
+    if len(tags) > MAX_TAGS:
+        raise InvalidInput(f"at most {MAX_TAGS} tags per call, got {len(tags)}")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidInput(f"tag keys must be non-empty str, got {key!r}")
+        if not isinstance(value, str):
+            raise InvalidInput(f"tag values must be str, got {value!r} for {key!r}")
+    return dict(tags)
+
+
+# -- ids and objects ----------------------------------------------------------------
+
+
+def new_write_id() -> str:
+    """A fresh write id (128 random bits, 32 hex digits)."""
+    return os.urandom(16).hex()
+
+
+def check_write_id(value: object) -> str:
+    """A write id: 1-128 printable ASCII characters without spaces; a fresh
+    one (``new_write_id``) for None."""
+    if value is None:
+        return new_write_id()
+    if not isinstance(value, str) or not _WRITE_ID_RE.fullmatch(value):
+        raise InvalidInput(
+            f"write_id must be 1-128 printable ASCII characters without spaces, got {value!r}"
+        )
+    return value
+
+
+def is_memory(value: object) -> TypeGuard[Memory]:
+    """Whether ``value`` is a ``redismem.Memory``.
+
+    The class is looked up among the loaded modules, not imported: a
+    ``Memory`` exists only once ``redismem.client`` is loaded, and importing
+    it here would make a cycle (``Memory.agent_memory()`` imports
+    ``redismem.agent_memory``, which checks its argument with this).
+    """
+    client = sys.modules.get(_CLIENT_MODULE)
+    return client is not None and isinstance(value, client.Memory)
+
+
+def check_memory(value: object) -> Memory:
+    if not is_memory(value):
+        raise InvalidInput(f"expected a Memory, got {type(value).__name__}")
+    return value
