@@ -1,0 +1,56 @@
+"""Key layout details the mutation run found unpinned (see docs/mutation-testing.md).
+
+Through ``KeyLayout`` (exported) and the documented functions of
+``redismem.keys`` only.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+import pytest
+
+from redismem import InvalidInput, KeyLayout
+
+USERS = ["alice", "bob smith", "é{x}:*", "u%41"]
+
+
+@pytest.mark.parametrize("user_id", USERS)
+def test_each_users_pending_index_matches_the_sweep_pattern(user_id: str) -> None:
+    # The sweep finds due sessions by scanning pending_pattern(); a pending
+    # key it cannot match would never be summarized.
+    layout = KeyLayout("ns")
+    pending = layout.pending(user_id)
+    assert fnmatchcase(pending, layout.pending_pattern())
+    assert pending == layout.user_prefix(user_id) + "pending"
+    assert layout.session("x", "s").pending == layout.pending("x")
+    # ...and nothing else of the user's matches it.
+    for other in (
+        layout.sessions(user_id),
+        layout.tagidx(user_id),
+        layout.session(user_id, "s").meta,
+    ):
+        assert not fnmatchcase(other, layout.pending_pattern())
+
+
+def test_the_documented_layout_of_one_user() -> None:
+    layout = KeyLayout("ns")
+    assert layout.sessions("alice") == "ns:{u:alice}:sessions"
+    assert layout.tagidx("alice") == "ns:{u:alice}:tagidx"
+    assert layout.pending("alice") == "ns:{u:alice}:pending"
+    assert layout.pending_pattern() == "ns:{u:*}:pending"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        # A foreign namespace whose prefix has the same length as ours: the
+        # rest of the key would parse as a user key if the prefix went unchecked.
+        "xx:{u:alice}:sessions",
+        "NS:{u:alice}:s:s1:msgs",
+        "ns:{x:alice}:sessions",
+    ],
+)
+def test_parse_key_refuses_keys_of_other_namespaces_of_the_same_length(key: str) -> None:
+    with pytest.raises(InvalidInput):
+        KeyLayout("ns").parse_key(key)
