@@ -31,6 +31,7 @@ import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
 from helpers import free_port
+from worker_support import WorkerPool
 
 from redismem import Memory
 
@@ -311,3 +312,20 @@ async def raw(backend_url: str, raw_factory: Callable[[str], Awaitable[Any]]) ->
 @pytest.fixture
 def is_embedded(backend_url: str) -> bool:
     return backend_url.startswith("memory://")
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[WorkerPool]:
+    """Real worker processes (``WorkerPool``), always reaped at teardown."""
+    pool = WorkerPool(tmp_path / "workers")
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def queue_name(namespace: str) -> str:
+    """A queue outside every namespace that holds the test's namespace, so the
+    teardown (which deletes every key containing it) deletes the queue too."""
+    return f"redismem/queue-{namespace}"

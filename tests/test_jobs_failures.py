@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from arq import Retry
 from helpers import redismem_command
-from worker_support import ROOT, WorkerPool, dialogue, eventually, wait_ready, worker_env
+from worker_support import ROOT, dialogue, eventually, wait_ready, worker_env
 
 from redismem import Memory
 from redismem.config import WorkerConfig
@@ -31,21 +30,6 @@ from redismem.workers.jobs import MAX_TRIES, reconcile_pending, retry_delay, sum
 
 SID = "s1"
 KEEP, BATCH = 4, 6
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[WorkerPool]:
-    pool = WorkerPool(tmp_path / "workers")
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-@pytest.fixture
-def queue_name(namespace: str) -> str:
-    # Outside the namespace, but holding it: the conftest cleanup deletes it.
-    return f"redismem/queue-{namespace}"
 
 
 @pytest_asyncio.fixture(loop_scope="function")

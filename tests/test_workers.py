@@ -13,7 +13,6 @@ import asyncio
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,15 +43,6 @@ KEEP, BATCH = 10, 20
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[WorkerPool]:
-    pool = WorkerPool(tmp_path / "workers")
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-@pytest.fixture
 def llm() -> Iterator[Callable[..., FakeChatServer]]:
     servers: list[FakeChatServer] = []
 
@@ -64,12 +54,6 @@ def llm() -> Iterator[Callable[..., FakeChatServer]]:
     yield start
     for server in servers:
         server.close()
-
-
-@pytest.fixture
-def queue_name(namespace: str) -> str:
-    # Contains the namespace, so the conftest cleanup deletes the queue too.
-    return f"redismem/queue-{namespace}"
 
 
 @pytest_asyncio.fixture(loop_scope="function")
