@@ -45,20 +45,13 @@ NO_SERVER = (
 )
 
 
-def _answers_ping(port: int) -> bool:
+def _is_up(port: int) -> bool:
+    """Whether a Redis server answers on ``port``: PONG, or a request for the
+    password (a server started with ``--requirepass``)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
             sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def _asks_for_password(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"-NOAUTH")
+            return sock.recv(16).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
@@ -147,7 +140,7 @@ def start_redis_server(
             )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and process.poll() is None:
-            if _answers_ping(port) or _asks_for_password(port):
+            if _is_up(port):
                 return RedisServer(process, port, directory, tuple(extra_args))
             time.sleep(0.02)
         server = RedisServer(process, port, directory, tuple(extra_args))
