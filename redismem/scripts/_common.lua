@@ -33,17 +33,40 @@ local function fit_user_ttl()
   end
 end
 
--- Slide the session's TTL: all its keys expire together, and the user index
--- records the deadline so expired sessions can be pruned from it.
-local function touch_session(ttl, now, sid)
+-- Sliding TTLs are refreshed lazily: keys get `ttl` plus a slack of ttl/32,
+-- and calls leave them alone while they still have at least `ttl` to live, so
+-- a busy session pays for the refresh once per slack period rather than on
+-- every call. A session thus expires between ttl and ttl + ttl/32 after its
+-- last write or read, never sooner. meta `exp` records the deadline set.
+local function ttl_slack(ttl)
+  return math.floor(ttl / 32)
+end
+
+-- Whether the session's keys need their TTL set; `exp` is meta `exp` (nil
+-- when unknown: a new session, or one written before `exp` existed).
+local function needs_touch(ttl, now, exp)
+  if exp == nil then return true end
+  if ttl > 0 then return exp == 'inf' or tonumber(exp) - now < ttl end
+  return exp ~= 'inf'
+end
+
+-- Slide the session's TTL when due: all its keys expire together, and the
+-- user index records the deadline so expired sessions can be pruned from it.
+-- `exp` as for needs_touch. Returns true when it set the TTLs.
+local function touch_session(ttl, now, sid, exp)
+  if not needs_touch(ttl, now, exp) then return false end
   if ttl > 0 then
-    for i = 1, SESSION_KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
-    redis.call('ZADD', KEYS[7], now + ttl, sid)
+    local deadline = now + ttl + ttl_slack(ttl)
+    for i = 1, SESSION_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline) end
+    redis.call('ZADD', KEYS[7], deadline, sid)
+    redis.call('HSET', KEYS[2], 'exp', deadline)
   else
     for i = 1, SESSION_KEYS do redis.call('PERSIST', KEYS[i]) end
     redis.call('ZADD', KEYS[7], '+inf', sid)
+    redis.call('HSET', KEYS[2], 'exp', 'inf')
   end
   fit_user_ttl()
+  return true
 end
 
 -- Remove a session from the user's tag index (forward and reverse members).
@@ -117,12 +140,12 @@ end
 
 -- Mark the session pending summarization when its backlog reaches the batch
 -- size; `settings` is "keep_recent,batch,compact" ("" = summarization off) and
--- is kept in meta so a job enqueued by the reconcile sweep knows them.
--- Returns the pending-since time when this call newly marked it, else 0.
-local function mark_pending(seq, len, settings, now, sid)
+-- is kept in meta so a job enqueued by the reconcile sweep knows them; `wm`
+-- is the summary watermark. Returns the pending-since time when this call
+-- newly marked it, else 0.
+local function mark_pending(seq, len, wm, settings, now, sid)
   if settings == '' then return 0 end
   local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
-  local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
   if unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) < tonumber(batch) then return 0 end
   if redis.call('ZADD', KEYS[9], 'NX', now, sid) == 1 then
     redis.call('HSET', KEYS[2], 'sumcfg', settings)
@@ -156,26 +179,31 @@ local function integrity_error(meta, len)
   return nil
 end
 
--- {seq, dropped, tokens, writes} of the session meta, or nil when the meta
--- hash is missing.
+-- {seq, dropped, tokens, writes, exp, wm} of the session meta (exp may be
+-- nil: see needs_touch), or nil when the meta hash is missing.
 local function load_meta()
-  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes')
+  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes', 'exp', 'wm')
   if meta[1] == false then return nil end
-  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0'}
+  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0', meta[5] or nil, meta[6] or '0'}
 end
 
 -- Write ids remembered per session: at least this many of the latest writes.
 local WRITE_IDS_KEPT = 1000
 
 -- Record a write id with its result "first_seq,created_ms,n", where n is the
--- session's write count after this write; every WRITE_IDS_KEPT writes, forget
--- the ids of all but the latest WRITE_IDS_KEPT (amortized O(1) per write).
+-- session's write count after this write, unless the id is already recorded:
+-- then return the recorded result (the write is a re-send) and record
+-- nothing. Every WRITE_IDS_KEPT writes, forget the ids of all but the latest
+-- WRITE_IDS_KEPT (amortized O(1) per write).
 local function remember_write(write_id, first, now, n)
-  redis.call('HSET', KEYS[6], write_id, first .. ',' .. now .. ',' .. n)
-  if n % WRITE_IDS_KEPT ~= 0 then return end
+  if redis.call('HSETNX', KEYS[6], write_id, first .. ',' .. now .. ',' .. n) == 0 then
+    return redis.call('HGET', KEYS[6], write_id)
+  end
+  if n % WRITE_IDS_KEPT ~= 0 then return nil end
   local all = redis.call('HGETALL', KEYS[6])
   for i = 1, #all, 2 do
     local nth = tonumber(string.match(all[i + 1], ',(%d+)$'))
     if nth == nil or nth <= n - WRITE_IDS_KEPT then redis.call('HDEL', KEYS[6], all[i]) end
   end
+  return nil
 end

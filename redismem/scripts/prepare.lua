@@ -18,7 +18,7 @@ local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, 0, 0, false, false, 0, {}, {}, ''} end
 local seq = tonumber(meta[1])
-local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
+local wm = tonumber(meta[6])
 local gen = redis.call('HGET', KEYS[2], 'gen') or ''
 local head = seq - len + 1
 local first = math.max(wm + 1, head)

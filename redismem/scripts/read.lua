@@ -22,7 +22,7 @@ local seq = tonumber(meta and meta[1] or '0')
 local want = len
 local summary = false
 if ARGV[5] == '1' then
-  local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
+  local wm = tonumber(meta and meta[6] or '0')
   want = math.max(0, math.min(len, seq - wm))
   summary = redis.call('GET', KEYS[5])
   if wm > 0 and not summary then
@@ -85,6 +85,6 @@ end
 if ttl >= 0 and meta ~= nil then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[4])
+  touch_session(ttl, now, ARGV[4], meta[5])
 end
 return {first_seq, out, covering, summary}

@@ -18,7 +18,7 @@ if ARGV[3] == '1' then msgs = redis.call('LRANGE', KEYS[1], 0, -1) end
 if ttl >= 0 and meta ~= nil then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[2])
+  touch_session(ttl, now, ARGV[2], meta[5])
 end
 local times = redis.call('HMGET', KEYS[2], 'accessed', 'created')
 return {seq, len, entries, msgs, tonumber(times[1] or '0'), tonumber(times[2] or '0')}

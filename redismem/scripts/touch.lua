@@ -15,6 +15,6 @@ if meta == nil then return {0, 0} end
 if ttl >= 0 then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[2])
+  touch_session(ttl, now, ARGV[2], meta[5])
 end
 return {tonumber(meta[1]), len}

@@ -28,23 +28,27 @@ local ntags = tonumber(ARGV[8])
 local first_msg = 9 + 2 * ntags
 local count = #ARGV - first_msg + 1
 
-local function pending_now()
-  if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
-  return 0
-end
-
-local seen = redis.call('HGET', KEYS[6], write_id)
-if seen then
-  local first, created = string.match(seen, '^(%d+),(%d+)')
-  return {tonumber(first), tonumber(created), redis.call('LLEN', KEYS[1]), 0, 0, pending_now(), 1}
-end
-
 local meta = load_meta()
 local len = redis.call('LLEN', KEYS[1])
 local broken = integrity_error(meta, len)
 if broken then return broken end
 
+local function pending_now()
+  if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
+  return 0
+end
+
 local now = now_ms()
+local first = tonumber(meta and meta[1] or '0') + 1
+local writes = tonumber(meta and meta[4] or '0') + 1
+local seen = remember_write(write_id, first, now, writes)
+if seen then
+  local applied, created = string.match(seen, '^(%d+),(%d+)')
+  return {tonumber(applied), tonumber(created), len, 0, 0, pending_now(), 1}
+end
+
+-- The lists are (re)created when empty, so their keys need a TTL then too.
+local touching = len == 0 or needs_touch(ttl, now, meta and meta[5])
 -- Prune expired sessions from the user indexes first: when this session
 -- itself expired and is being written again, pruning after indexing would
 -- drop this write's tags (and pending mark) along with the stale ones.
@@ -54,24 +58,22 @@ if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
   redis.call('HSET', KEYS[2], 'created', now, 'gen', write_id)
-  meta = {'0', '0', '0', '0'}
+  meta = {'0', '0', '0', '0', nil, '0'}
 end
-local first = tonumber(meta[1]) + 1
 local last = first + count - 1
-local writes = tonumber(meta[4]) + 1
 redis.call('HSET', KEYS[2], 'seq', last, 'tokens', tonumber(meta[3]) + tonumber(ARGV[5]),
   'writes', writes, 'accessed', now)
 for i = first_msg, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('RPUSH', KEYS[3], first .. ',' .. now .. ',' .. ARGV[4])
-remember_write(write_id, first, now, writes)
 
+local indexed = 0
 for i = 9, 8 + 2 * ntags, 2 do
   local k, v = ARGV[i], ARGV[i + 1]
   redis.call('HSET', KEYS[4], k, v)
   local pair = lp(k) .. lp(v)
-  redis.call('ZADD', KEYS[8], 0, 'f' .. pair .. sid, 0, 'r' .. lp(sid) .. pair)
+  indexed = indexed + redis.call('ZADD', KEYS[8], 0, 'f' .. pair .. sid, 0, 'r' .. lp(sid) .. pair)
 end
 
 len = len + count
@@ -81,7 +83,15 @@ if max_messages > 0 and len > max_messages then
   len = len - trimmed
   redis.call('HINCRBY', KEYS[2], 'trimmed', trimmed)
 end
-local pending_since = mark_pending(last, len, ARGV[6], now, sid)
+local pending_since = mark_pending(last, len, tonumber(meta[6]), ARGV[6], now, sid)
 
-touch_session(ttl, now, sid)
-return {first, now, len, trimmed, pending_since, pending_now(), 0}
+if touching then
+  touch_session(ttl, now, sid, nil)
+else
+  -- Keys this write may have created get the session's deadline.
+  if ntags > 0 and meta[5] ~= 'inf' then redis.call('PEXPIREAT', KEYS[4], tonumber(meta[5])) end
+  if indexed > 0 or pending_since > 0 then fit_user_ttl() end
+end
+local pending = 1
+if pending_since == 0 then pending = pending_now() end
+return {first, now, len, trimmed, pending_since, pending, 0}
