@@ -37,6 +37,7 @@ from .models import (
     ToolCall,
 )
 from .providers import BufferMemory, MemoryProvider, SlidingWindowMemory, SummarizingMemory
+from .store import Item, ItemVersion, LongTermStore, SearchItem
 from .strategies import Hybrid, MemoryStrategy, SlidingWindow, StrategyResult, TokenBudget, Turns
 from .summarizers import (
     KeyPointsSummarizer,
@@ -70,9 +71,12 @@ __all__ = [
     "EntryMetadata",
     "Hybrid",
     "InvalidInput",
+    "Item",
+    "ItemVersion",
     "KeyLayout",
     "KeyPointsSummarizer",
     "LLMSummarizer",
+    "LongTermStore",
     "MEMORY_DATA_HEADER",
     "MERGE_MODES",
     "MESSAGE_OVERHEAD_TOKENS",
@@ -90,6 +94,7 @@ __all__ = [
     "Role",
     "SNAPSHOT_FORMAT",
     "SNAPSHOT_VERSION",
+    "SearchItem",
     "SessionInfo",
     "SlidingWindow",
     "SlidingWindowMemory",

@@ -49,6 +49,7 @@ from .toolgroups import drop_orphan_tool_results
 if TYPE_CHECKING:
     from .agent_memory import AgentMemory, ManageResult
     from .context_builder import BuiltContext
+    from .store import LongTermStore
     from .summarizers import Summarizer
 
 __all__ = ["Memory", "WriteOutcome", "new_write_id"]
@@ -86,6 +87,7 @@ class Memory:
         self._scripts = SessionScripts(redis, self._policy)
         self._closed = False
         self._queue: SummaryQueue | None = None
+        self._store: LongTermStore | None = None
         args = self.summarize_args()
         self._summarize_settings = args.encode() if args else ""
 
@@ -157,6 +159,16 @@ class Memory:
         """The session scripts (internal API of the summarization pass and workers)."""
         self._check_open()
         return self._scripts
+
+    @property
+    def store(self) -> LongTermStore:
+        """The namespaced long-term store (see ``redismem.store``)."""
+        self._check_open()
+        if self._store is None:
+            from .store import LongTermStore
+
+            self._store = LongTermStore(self)
+        return self._store
 
     def _check_open(self) -> None:
         if self._closed:

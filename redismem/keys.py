@@ -28,6 +28,30 @@ Layout (``U`` = escaped user id, ``S`` = escaped session id)::
     redismem/q:ns:...          work-queue side: stats, failures, lag samples,
                                sweep cursor (not per user)
 
+The long-term store (``redismem.store``) keeps a namespace ``(T, L2, ...)``
+under the user tag of its first label, the tenant ``T``. An item is named by
+its ref ``R = e(T)/e(L2)/.../#e(key)`` (``e`` = ``escape_id``; ``/`` and ``#``
+never occur in escaped text, so two namespaces or keys never share a ref),
+a namespace by its ref ``e(T)/e(L2)/.../``; ``E`` is an escaped index term::
+
+    ns:{u:T}:kv:item:R         STRING the item's current version (record, below)
+    ns:{u:T}:kv:hist:R         LIST  its earlier versions and delete tombstones,
+                                     oldest first (same TTL as the item)
+    ns:{u:T}:kv:refs           ZSET  (lexicographic) every R with an item or history
+    ns:{u:T}:kv:updated        ZSET  live R -> updated ms
+    ns:{u:T}:kv:expiry         ZSET  R -> deadline ms of its keys (put with a ttl)
+    ns:{u:T}:kv:namespaces     HASH  namespace ref -> number of live items
+    ns:{u:T}:kv:term:E         ZSET  R -> frequency of E in the item's indexed text
+    ns:{u:T}:kv:doclen         HASH  R -> number of indexed terms (BM25 length)
+    ns:{u:T}:kv:docterms       HASH  R -> its distinct escaped terms, space separated
+    ns:{u:T}:kv:stats          HASH  docs, len (BM25 totals), clock (last ms used)
+    ns:{u:T}:kv:ops            HASH  write id -> result (re-sent writes apply once)
+    ns:{u:T}:kv:optimes        ZSET  write id -> ms applied (pruning of ``ops``)
+
+A record is ``b"<version>,<created_ms>,<updated_ms>,<p|d>," + msgpack`` (``p``
+a put, ``d`` a delete tombstone); the text prefix is written by the scripts,
+which own the clock.
+
 The work queue's keys never lie inside a namespace: ``clear_all`` must not
 touch them (other tenants' jobs). Queue-side keys start with ``redismem/``
 (``/`` is not allowed in a namespace), arq's own keys with ``arq:`` (``arq``
@@ -46,7 +70,12 @@ __all__ = [
     "KeyLayout",
     "ParsedKey",
     "SessionKeys",
+    "StoreKeys",
     "escape_id",
+    "parse_store_namespace_ref",
+    "parse_store_ref",
+    "store_namespace_ref",
+    "store_ref",
     "tag_index_prefix",
     "unescape_id",
     "validate_id",
@@ -155,6 +184,89 @@ class ParsedKey:
     kind: str
 
 
+# -- the long-term store (redismem.store) ------------------------------------
+
+#: Ends every escaped label in a store ref; never occurs in escaped text.
+STORE_LABEL_END = "/"
+#: Starts the escaped key in an item ref; never occurs in escaped text.
+STORE_KEY_MARK = "#"
+#: Kinds of the per-tenant store keys (``ns:{u:T}:kv:<kind>``).
+STORE_KEY_KINDS = (
+    "refs",
+    "updated",
+    "expiry",
+    "namespaces",
+    "doclen",
+    "docterms",
+    "stats",
+    "ops",
+    "optimes",
+)
+
+
+def store_namespace_ref(namespace: tuple[str, ...]) -> str:
+    """``e(T)/e(L2)/.../``: the ref of a namespace (a prefix of its items' refs)."""
+    return "".join(escape_id(label) + STORE_LABEL_END for label in namespace)
+
+
+def store_ref(namespace: tuple[str, ...], key: str) -> str:
+    """``e(T)/.../#e(key)``: the ref of one item."""
+    return store_namespace_ref(namespace) + STORE_KEY_MARK + escape_id(key)
+
+
+def parse_store_namespace_ref(ref: str) -> tuple[str, ...]:
+    """Inverse of ``store_namespace_ref``; ``InvalidInput`` for anything else."""
+    if not ref.endswith(STORE_LABEL_END):
+        raise InvalidInput(f"{ref!r} is not a namespace ref")
+    return tuple(unescape_id(label) for label in ref[:-1].split(STORE_LABEL_END))
+
+
+def parse_store_ref(ref: str) -> tuple[tuple[str, ...], str]:
+    """Inverse of ``store_ref``: ``(namespace, key)``."""
+    namespace, mark, key = ref.partition(STORE_KEY_MARK)
+    if not mark:
+        raise InvalidInput(f"{ref!r} is not an item ref")
+    return parse_store_namespace_ref(namespace), unescape_id(key)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreKeys:
+    """The store keys of one tenant, in the order the store scripts take them
+    (see ``scripts/store_common.lua``)."""
+
+    refs: str
+    updated: str
+    expiry: str
+    namespaces: str
+    doclen: str
+    docterms: str
+    stats: str
+    ops: str
+    optimes: str
+    item_prefix: str
+    history_prefix: str
+    term_prefix: str
+
+    def tenant_keys(self) -> list[str]:
+        """KEYS[1..9] of every store script."""
+        return [getattr(self, kind) for kind in STORE_KEY_KINDS]
+
+    def key_prefixes(self) -> list[str]:
+        """ARGV[1..3] of every store script: the scripts build the keys of
+        single items and terms from these (all under the tenant's hash tag)."""
+        return [self.item_prefix, self.history_prefix, self.term_prefix]
+
+    def item(self, ref: str) -> str:
+        return self.item_prefix + ref
+
+    def history(self, ref: str) -> str:
+        return self.history_prefix + ref
+
+    def term(self, term: str) -> str:
+        """The postings of an index term (escaped here)."""
+        return self.term_prefix + escape_id(term)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyLayout:
     """Builds (and parses) every key under one namespace."""
@@ -232,3 +344,27 @@ class KeyLayout:
             session_esc, _, kind = rest[2:].partition(":")
             return ParsedKey(user_id, unescape_id(session_esc), kind)
         return ParsedKey(user_id, None, rest)
+
+    # -- the long-term store (redismem.store) --------------------------------
+
+    def store_prefix(self, tenant: str) -> str:
+        """Every store key of a tenant starts with this (inside ``user_prefix``)."""
+        return self.user_prefix(tenant) + "kv:"
+
+    def store(self, tenant: str) -> StoreKeys:
+        """The store keys of one tenant (the first label of its namespaces)."""
+        base = self.store_prefix(tenant)
+        kinds = {kind: base + kind for kind in STORE_KEY_KINDS}
+        return StoreKeys(
+            **kinds,
+            item_prefix=base + "item:",
+            history_prefix=base + "hist:",
+            term_prefix=base + "term:",
+        )
+
+    def store_pattern(self, kind: str) -> str:
+        """SCAN pattern matching one per-tenant store key (a ``STORE_KEY_KINDS``
+        kind) of every tenant; check matches with ``parse_key``."""
+        if kind not in STORE_KEY_KINDS:
+            raise InvalidInput(f"unknown store key kind {kind!r}")
+        return f"{self.namespace}:{{u:*}}:kv:{kind}"

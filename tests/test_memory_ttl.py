@@ -39,7 +39,9 @@ async def test_default_ttl_is_seven_days(make_memory, raw, namespace):
     mem = await make_memory()
     await _populate(mem)
     found = await pttls(raw, f"{namespace}:*")
-    assert found and all(WEEK_MS - 60_000 < ttl <= longest(WEEK_MS) for ttl in found.values()), found
+    assert found and all(WEEK_MS - 60_000 < ttl <= longest(WEEK_MS) for ttl in found.values()), (
+        found
+    )
 
 
 async def test_timedelta_ttl(make_memory, raw, namespace):

@@ -1,0 +1,46 @@
+-- Put one item of the long-term store, atomically: the new version, the old
+-- one into the history, the keyword index, the namespace count and the TTL.
+-- Idempotent per write id: a re-send changes nothing and returns the result
+-- of the first application.
+-- KEYS[1..9]   the tenant's store keys (see store_common.lua)
+-- KEYS[10]     the item's key   KEYS[11] its history
+-- KEYS[12..]   the postings of the item's terms, in the order of ARGV[9..]
+-- ARGV[1..3]   key prefixes (see store_common.lua)
+-- ARGV[4]      the item ref
+-- ARGV[5]      write id
+-- ARGV[6]      ttl in ms (0 = never expires)
+-- ARGV[7]      the record payload (msgpack)
+-- ARGV[8]      number of indexed terms (BM25 document length)
+-- ARGV[9..]    pairs: escaped term, its frequency (none: not searchable)
+-- Returns {duplicate, version, created_ms, updated_ms}.
+local ref, op, ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
+
+local seen = redis.call('HGET', KEYS[8], op)
+if seen then
+  local v, c, u = string.match(seen, '^(%d+),(%d+),(%d+)$')
+  return {1, tonumber(v), tonumber(c), tonumber(u)}
+end
+
+prune(real_now(), PRUNE_BATCH)  -- first: it drops the clock of an emptied tenant
+settle(ref)
+local now = clock()
+
+local version, created = 1, now
+local old = redis.call('GET', KEYS[10])
+if old then
+  local v, c = parse_record(old)
+  version, created = v + 1, c
+  redis.call('RPUSH', KEYS[11], old)
+else
+  local last = redis.call('LINDEX', KEYS[11], -1)
+  if last then version = parse_record(last) + 1 end
+end
+
+unindex(ref)
+redis.call('SET', KEYS[10], version .. ',' .. created .. ',' .. now .. ',p,' .. ARGV[7])
+index(ref, 9, 12, tonumber(ARGV[8]))
+add_live(ref, now)
+redis.call('ZADD', KEYS[1], 0, ref)
+set_deadline(ref, now, ttl)
+remember_op(op, version .. ',' .. created .. ',' .. now, now)
+return {0, version, created, now}
