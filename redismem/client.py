@@ -33,7 +33,6 @@ from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from her
 from .fencing import summary_message
 from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
 from .models import (
-    MESSAGE_LIST,
     Context,
     EntryMetadata,
     MemoryEntry,
@@ -263,11 +262,7 @@ class Memory:
         key: str, raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]]
     ) -> list[Message]:
         """Decode stored messages; ``created`` is ``(first_seq, created_ms)`` ascending."""
-        dicts = codec.decode_messages(raw, first_seq, created, key)
-        try:
-            return MESSAGE_LIST.validate_python(dicts)
-        except ValidationError as exc:
-            raise CorruptData(key, str(exc)) from exc
+        return codec.decode_messages(raw, first_seq, created, key)
 
     # -- writes ------------------------------------------------------------
 

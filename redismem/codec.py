@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 
 from .errors import CorruptData, InvalidInput
-from .models import ROLES, Message
+from .models import ROLES, Message, ToolCall, stored_message, stored_tool_call
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -80,11 +80,12 @@ def encode_message(message: Message, token_count: int) -> bytes:
 
 def decode_messages(
     raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]], key: str
-) -> list[dict[str, Any]]:
-    """Decode stored messages ``first_seq, first_seq + 1, ...`` into dicts ready
-    for ``Message`` validation. ``created`` is ``(first_seq, created_ms)`` of
-    the entries covering them, ascending; a message takes its entry's time."""
-    out: list[dict[str, Any]] = []
+) -> list[Message]:
+    """Decode stored messages ``first_seq, first_seq + 1, ...``. ``created`` is
+    ``(first_seq, created_ms)`` of the entries covering them, ascending; a
+    message takes its entry's time. Raises ``CorruptData`` for an element
+    that is not a stored message of a known schema version."""
+    out: list[Message] = []
     # Entry times, converted once per entry and only for entries in use.
     starts = [first for first, _ in created]
     entry = -1
@@ -101,39 +102,73 @@ def decode_messages(
                 # accept spaces, signs and underscores.
                 raise ValueError("no token prefix")
             fields = unpackb(element[bar + 1 :], raw=False, strict_map_key=False)
-            if type(fields) is not list or len(fields) < 3 or fields[0] != SCHEMA_VERSION:
-                raise ValueError("not a message record of a known schema version")
             while next_start is not None and next_start <= seq:
                 entry += 1
                 when = ms_to_datetime(created[entry][1])
                 next_start = starts[entry + 1] if entry + 1 < len(starts) else None
-            message: dict[str, Any] = {
-                "role": ROLES[fields[1]],
-                "content": fields[2],
-                "id": f"{seq:0{_ID_WIDTH}d}",
-                "token_count": int(tokens),
-            }
-            if when is not None:
-                message["created_at"] = when
-            if len(fields) > 3:
-                _decode_optional(fields, message)
-            out.append(message)
+            out.append(_message(fields, f"{seq:0{_ID_WIDTH}d}", int(tokens), when))
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"message {seq}: {exc}") from exc
     return out
 
 
-def _decode_optional(fields: list[Any], message: dict[str, Any]) -> None:
+_REQUIRED_FIELDS = frozenset({"role", "content", "id", "token_count"})
+
+
+def _message(fields: Any, id_: str, tokens: int, when: datetime | None) -> Message:
+    if type(fields) is not list or not 3 <= len(fields) <= 7 or fields[0] != SCHEMA_VERSION:
+        raise ValueError("not a message record of a known schema version")
     fields += [None] * (7 - len(fields))
-    name, calls, call_id, metadata = fields[3:7]
+    _, role_code, content, name, calls, call_id, metadata = fields
+    if type(role_code) is not int or not 0 <= role_code < len(ROLES):
+        raise ValueError(f"unknown role code {role_code!r}")
+    if type(content) is not str:
+        raise ValueError("content is not a str")
+    fields_set = set(_REQUIRED_FIELDS)
+    if when is not None:
+        fields_set.add("created_at")
     if name is not None:
-        message["name"] = name
+        _check_str(name, "name")
+        fields_set.add("name")
+    tool_calls = []
     if calls:
-        message["tool_calls"] = [{"id": c[0], "name": c[1], "arguments": c[2]} for c in calls]
+        tool_calls = [_tool_call(call) for call in calls]
+        fields_set.add("tool_calls")
     if call_id is not None:
-        message["tool_call_id"] = call_id
+        _check_str(call_id, "tool_call_id")
+        fields_set.add("tool_call_id")
     if metadata:
-        message["metadata"] = metadata
+        if type(metadata) is not dict:
+            raise ValueError("metadata is not a map")
+        fields_set.add("metadata")
+    values = {
+        "role": ROLES[role_code],
+        "content": content,
+        "name": name,
+        "tool_calls": tool_calls,
+        "tool_call_id": call_id,
+        "metadata": metadata or {},
+        "id": id_,
+        "created_at": when,
+        "token_count": tokens,
+    }
+    return stored_message(values, fields_set)
+
+
+def _tool_call(call: Any) -> ToolCall:
+    if type(call) is not list or len(call) != 3:
+        raise ValueError("a tool call is not [id, name, arguments]")
+    call_id, name, arguments = call
+    _check_str(call_id, "tool call id")
+    _check_str(name, "tool call name")
+    if type(arguments) is not str and type(arguments) is not dict:
+        raise ValueError("tool call arguments are neither a str nor a map")
+    return stored_tool_call(call_id, name, arguments)
+
+
+def _check_str(value: Any, what: str) -> None:
+    if type(value) is not str:
+        raise ValueError(f"{what} is not a str")
 
 
 def parse_covering(covering: Sequence[bytes], key: str) -> list[tuple[int, int]]:

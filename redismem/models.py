@@ -14,14 +14,12 @@ plain JSON data (see ``redismem.validation``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,16 +38,10 @@ __all__ = [
     "ToolCall",
 ]
 
+_Model = TypeVar("_Model", bound=BaseModel)
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
-
-
-#: Validation context of messages decoded from storage (see ``MESSAGE_LIST``).
-_STORED = {"redismem_stored": True}
-
-
-def _from_storage(info: ValidationInfo) -> bool:
-    return isinstance(info.context, dict) and bool(info.context.get("redismem_stored"))
 
 
 class ToolCall(BaseModel):
@@ -67,10 +59,8 @@ class ToolCall(BaseModel):
 
     @field_validator("arguments")
     @classmethod
-    def _arguments_round_trip(
-        cls, value: str | dict[str, Any], info: ValidationInfo
-    ) -> str | dict[str, Any]:
-        if isinstance(value, dict) and not _from_storage(info):
+    def _arguments_round_trip(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, dict):
             check_json_value(value, "arguments")
         return value
 
@@ -113,9 +103,8 @@ class Message(BaseModel):
 
     @field_validator("metadata")
     @classmethod
-    def _metadata_round_trips(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        if not _from_storage(info):
-            check_json_value(value, "metadata")
+    def _metadata_round_trips(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_json_value(value, "metadata")
         return value
 
     @model_validator(mode="after")
@@ -185,23 +174,38 @@ class SessionInfo(BaseModel):
     expires_at: datetime | None = None
 
 
-class _StoredMessages:
-    """Validates messages decoded from storage.
+_new_object = object.__new__
+_set_attribute = object.__setattr__
 
-    The metadata rule is not re-checked there: what msgpack decoded, it
-    encodes again unchanged, and sessions written before the rule (e.g.
-    with bytes in metadata) must stay readable rather than turn corrupt.
+
+def _trusted(cls: type[_Model], values: dict[str, Any], fields_set: set[str]) -> _Model:
+    # What ``model_construct`` does, without its per-field loop: ``values``
+    # holds every field, already checked by the caller.
+    model = _new_object(cls)
+    _set_attribute(model, "__dict__", values)
+    _set_attribute(model, "__pydantic_fields_set__", fields_set)
+    _set_attribute(model, "__pydantic_extra__", None)
+    _set_attribute(model, "__pydantic_private__", None)
+    return model
+
+
+def stored_tool_call(id: str, name: str, arguments: str | dict[str, Any]) -> ToolCall:
+    """A ``ToolCall`` decoded from storage (see ``stored_message``)."""
+    return _trusted(ToolCall, {"id": id, "name": name, "arguments": arguments}, set(_CALL_FIELDS))
+
+
+def stored_message(values: dict[str, Any], fields_set: set[str]) -> Message:
+    """A ``Message`` decoded from storage, built without validation.
+
+    For ``codec`` only: ``values`` holds every field with the type checked
+    there. Metadata is not checked against the write rule again: what msgpack
+    decoded, it encodes again unchanged, and sessions written before the rule
+    (e.g. with bytes in metadata) must stay readable rather than turn corrupt.
     """
-
-    def __init__(self) -> None:
-        self._adapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
-
-    def validate_python(self, data: Any) -> list[Message]:
-        return self._adapter.validate_python(data, context=_STORED)
+    return _trusted(Message, values, fields_set)
 
 
-#: Validation of stored messages (``MESSAGE_LIST.validate_python(dicts)``).
-MESSAGE_LIST = _StoredMessages()
+_CALL_FIELDS = ("id", "name", "arguments")
 
 
 class Summary(BaseModel):

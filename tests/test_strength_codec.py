@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from redismem import ROLES, CorruptData, KeyLayout, Message, ToolCall
+from redismem import ROLES, CorruptData, KeyLayout, Message, ToolCall, codec
 
 
 def _pack(fields: Any) -> bytes:
@@ -152,3 +152,47 @@ async def test_entry_records_of_an_unknown_shape_are_corrupt(make_memory, raw, n
     await raw.lset(keys.entries, 0, b"1,1700000000000," + _pack(body))
     with pytest.raises(CorruptData):
         await mem.entries(session_id="s")
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ([codec.SCHEMA_VERSION, 9, "x"], "role code"),
+        ([codec.SCHEMA_VERSION, "user", "x"], "role code"),
+        ([codec.SCHEMA_VERSION, 1, 5], "content"),
+        ([codec.SCHEMA_VERSION, 1, "x", 5], "name"),
+        ([codec.SCHEMA_VERSION, 2, "", None, [["id", "f"]]], "tool call"),
+        ([codec.SCHEMA_VERSION, 2, "", None, [["id", 3, "{}"]]], "tool call name"),
+        ([codec.SCHEMA_VERSION, 2, "", None, [[3, "f", "{}"]]], "tool call id"),
+        ([codec.SCHEMA_VERSION, 2, "", None, [["id", "f", 7]]], "arguments"),
+        ([codec.SCHEMA_VERSION, 3, "x", None, None, 8], "tool_call_id"),
+        ([codec.SCHEMA_VERSION, 1, "x", None, None, None, [1]], "metadata"),
+        ([codec.SCHEMA_VERSION, 1, "x", None, None, None, {}, "extra"], "schema"),
+    ],
+)
+def test_decoding_refuses_fields_of_the_wrong_type(fields, reason):
+    element = b"3|" + msgpack.packb(fields)
+    with pytest.raises(CorruptData, match=reason):
+        codec.decode_messages([element], 1, [], "k")
+
+
+def test_decoded_messages_equal_validated_ones():
+    given = Message(
+        role="assistant",
+        content="",
+        name="bot",
+        tool_calls=[ToolCall(id="c1", name="f", arguments={"a": [1, 2.5, None]})],
+        metadata={"k": "v"},
+    )
+    [back] = codec.decode_messages([codec.encode_message(given, 4)], 7, [(7, 1_000)], "k")
+    expected = given.model_copy(
+        update={
+            "id": codec.message_id(7),
+            "token_count": 4,
+            "created_at": codec.ms_to_datetime(1_000),
+        }
+    )
+    assert back == expected
+    assert back.model_dump() == expected.model_dump()
+    assert back.tool_calls[0].model_fields_set == {"id", "name", "arguments"}
+    assert Message.model_validate(back.model_dump()) == back
