@@ -39,6 +39,8 @@ from .models import (
     Message,
     SessionInfo,
     Summary,
+    fill_store_fields,
+    written_entry,
 )
 from .queue import SummarizeArgs, SummaryQueue
 from .scripts import SessionScripts
@@ -374,22 +376,10 @@ class Memory:
         # The messages are this call's own copies (made by _normalize): fill
         # in the store's fields in place rather than copying them again.
         for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
-            message.id = codec.message_id(first_seq + i)
-            message.created_at = created
-            message.token_count = count
+            fill_store_fields(message, codec.message_id(first_seq + i), created, count)
         stored = to_store
-        entry = MemoryEntry(
-            id=codec.message_id(first_seq),
-            session_id=sid,
-            user_id=uid,
-            messages=stored,
-            metadata=EntryMetadata(
-                created_at=created,
-                accessed_at=created,
-                agent_name=agent_name,
-                tags=tag_map,
-                token_count=total,
-            ),
+        entry = written_entry(
+            codec.message_id(first_seq), sid, uid, stored, created, agent_name, tag_map, total
         )
         if not result.duplicate:
             await self._call_hook("on_write", sid, uid, stored)

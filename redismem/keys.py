@@ -309,6 +309,9 @@ class KeyLayout:
         return f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:{kind}"
 
     def session(self, user_id: str, session_id: str) -> SessionKeys:
+        return _session_keys(self, user_id, session_id)
+
+    def _build_session(self, user_id: str, session_id: str) -> SessionKeys:
         base = f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:"
         return SessionKeys(
             msgs=base + "msgs",
@@ -368,3 +371,9 @@ class KeyLayout:
         if kind not in STORE_KEY_KINDS:
             raise InvalidInput(f"unknown store key kind {kind!r}")
         return f"{self.namespace}:{{u:*}}:kv:{kind}"
+
+
+@lru_cache(maxsize=16384)
+def _session_keys(layout: KeyLayout, user_id: str, session_id: str) -> SessionKeys:
+    # Cached: every call of the client builds the keys of its session.
+    return layout._build_session(user_id, session_id)

@@ -208,6 +208,41 @@ def stored_message(values: dict[str, Any], fields_set: set[str]) -> Message:
 _CALL_FIELDS = ("id", "name", "arguments")
 
 
+def fill_store_fields(message: Message, id: str, created_at: datetime, token_count: int) -> None:
+    """Set the fields the store fills on write, in place, on a message the
+    write itself validated (and owns)."""
+    message.__dict__.update(id=id, created_at=created_at, token_count=token_count)
+    message.__pydantic_fields_set__.update(("id", "created_at", "token_count"))
+
+
+def written_entry(
+    id: str,
+    session_id: str,
+    user_id: str,
+    messages: list[Message],
+    created_at: datetime,
+    agent_name: str | None,
+    tags: dict[str, str],
+    token_count: int,
+) -> MemoryEntry:
+    """The ``MemoryEntry`` a write returns, from values the write checked."""
+    metadata = {
+        "created_at": created_at,
+        "accessed_at": created_at,
+        "agent_name": agent_name,
+        "tags": tags,
+        "token_count": token_count,
+    }
+    entry = {
+        "id": id,
+        "session_id": session_id,
+        "user_id": user_id,
+        "messages": messages,
+        "metadata": _trusted(EntryMetadata, metadata, set(metadata)),
+    }
+    return _trusted(MemoryEntry, entry, set(entry))
+
+
 class Summary(BaseModel):
     """The running summary of a session's older messages.
 
