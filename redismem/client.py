@@ -12,7 +12,15 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -20,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from pydantic import ValidationError
 
-from . import codec
+from . import codec, recall
 from .checks import check_count as _check_count
 from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
@@ -35,6 +43,7 @@ from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
 from .models import (
     Context,
     EntryMetadata,
+    Hit,
     MemoryEntry,
     Message,
     SessionInfo,
@@ -91,6 +100,8 @@ class Memory:
         self._store: LongTermStore | None = None
         args = self.summarize_args()
         self._summarize_settings = args.encode() if args else ""
+        #: The write script's recall argument: None = indexing off, 0 = keep forever.
+        self._recall_ttl_arg = (config.recall_ttl_ms or 0) if config.index else None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -362,6 +373,7 @@ class Memory:
                 entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
                 token_count=total,
                 summarize=summarize,
+                recall_ttl_ms=self._recall_ttl_arg,
                 tags=tag_map,
                 messages=encoded,
             )
@@ -397,7 +409,8 @@ class Memory:
         )
 
     async def _enqueue_summary(self, uid: str, sid: str, episode: int, settings: str) -> None:
-        args = SummarizeArgs.decode(self.layout.namespace, settings)
+        namespace = self.layout.namespace
+        args = SummarizeArgs.decode_optional(namespace, settings)
         if self._queue is None:
             queue_url = self._config.queue_url or self._config.url
             self._queue = SummaryQueue(
@@ -407,7 +420,7 @@ class Memory:
                 policy=self._policy.for_url(queue_url),
             )
         try:
-            await self._queue.enqueue(uid, sid, episode, args)
+            await self._queue.enqueue(uid, sid, episode, namespace, args)
         except RedisMemError as exc:
             # The write has landed and the session is marked pending: the
             # workers' reconcile sweep will enqueue it. The write must not fail.
@@ -727,11 +740,66 @@ class Memory:
 
     # -- deletion ----------------------------------------------------------
 
-    async def clear(self, *, session_id: str, user_id: str = "default") -> int:
-        """Delete one session, atomically. Returns the number of keys removed."""
-        sid, _uid, keys = self._keys(session_id, user_id)
+    # -- recall ------------------------------------------------------------
+
+    async def search(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str = "default",
+        session_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        roles: Collection[str] | None = None,
+        agent_name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 10,
+        min_score: float | None = None,
+    ) -> list[Hit]:
+        """Messages of the user's sessions that match ``query``, best first.
+
+        Searches what the workers indexed (see ``flush``), including messages
+        since compacted into a summary. ``tags`` keeps messages of entries
+        carrying all the given pairs; ``roles``, ``agent_name`` and
+        ``session_id`` keep those values; ``since``/``until`` (aware
+        datetimes) bound the write time, inclusive. With no query (None or
+        ""), the newest messages that pass the filters, ``score`` None.
+        ``min_score`` drops weaker keyword matches.
+        """
         self._check_open()
-        return await self._scripts.clear(keys, session_id=sid)
+        return await recall.search(
+            self,
+            query,
+            user_id=user_id,
+            session_id=session_id,
+            tags=tags,
+            roles=roles,
+            agent_name=agent_name,
+            since=since,
+            until=until,
+            limit=limit,
+            min_score=min_score,
+        )
+
+    async def flush(self, *, user_id: str | None = None, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
+        """Wait until the workers have done the background work (indexing,
+        summaries) due for every write made before this call, of ``user_id``
+        or of every user. True when done, False when ``timeout`` (seconds)
+        passed first. Needs running workers (``InProcessWorker`` with the
+        embedded backend)."""
+        self._check_open()
+        return await recall.flush(self, user_id=user_id, timeout=timeout)
+
+    # -- deletion ----------------------------------------------------------
+
+    async def clear(self, *, session_id: str, user_id: str = "default") -> int:
+        """Delete one session, atomically, then its indexed copies in the
+        recall index. Returns the number of session keys removed."""
+        sid, uid, keys = self._keys(session_id, user_id)
+        self._check_open()
+        removed = await self._scripts.clear(keys, session_id=sid)
+        await recall.forget_session(self, uid, sid)
+        return removed
 
     async def _scan(self, pattern: str) -> AsyncIterator[list[bytes]]:
         """Batches of the keys matching ``pattern`` (SCAN, never KEYS)."""
@@ -776,6 +844,7 @@ class Memory:
                     loose.append(raw_key)
             for uid, sid in sorted(sessions):
                 removed += await self._scripts.clear(self.layout.session(uid, sid), session_id=sid)
+                await recall.forget_session(self, uid, sid)
             if loose:
                 removed += await self.call(functools.partial(_unlink, keys=loose))
         return removed

@@ -44,6 +44,9 @@ MAX_TTL = timedelta(days=36_500)
 #: Most retries accepted; with the backoff cap that is over an hour of waiting.
 MAX_RETRIES = 1000
 
+#: ``recall_ttl`` default: the same as the session ``ttl``.
+SAME_AS_TTL = "ttl"
+
 #: A hook gets keyword arguments ``session_id``, ``user_id`` and ``messages``;
 #: it may be a plain function or a coroutine function.
 Hook = Callable[..., Any]
@@ -114,15 +117,28 @@ class MemoryConfig:
     queue_url: str | None = None
     queue_name: str = DEFAULT_QUEUE_NAME
     summarize_delay: float = 1.0
+    # Recall (indexing by the workers).
+    index: bool = True
+    recall_ttl: float | timedelta | str | None = SAME_AS_TTL
     layout: KeyLayout = field(init=False, repr=False)
     ttl_ms: int | None = field(init=False, repr=False)
+    recall_ttl_ms: int | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or "://" not in self.url:
             raise InvalidInput(f"url must look like redis://host:port/db, got {self.url!r}")
         object.__setattr__(self, "layout", KeyLayout(self.namespace))
         object.__setattr__(self, "ttl_ms", _ttl_ms(self.ttl))
-        for name in ("refresh_ttl_on_read", "store_system_messages", "compact"):
+        if self.recall_ttl == SAME_AS_TTL:
+            object.__setattr__(self, "recall_ttl_ms", self.ttl_ms)
+        elif isinstance(self.recall_ttl, str):
+            raise InvalidInput(
+                f"recall_ttl must be seconds, a timedelta, None or {SAME_AS_TTL!r}, "
+                f"got {self.recall_ttl!r}"
+            )
+        else:
+            object.__setattr__(self, "recall_ttl_ms", _ttl_ms(self.recall_ttl))
+        for name in ("refresh_ttl_on_read", "store_system_messages", "compact", "index"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInput(f"{name} must be a bool")
         _optional_positive_int("max_messages", self.max_messages)

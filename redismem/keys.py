@@ -28,6 +28,23 @@ Layout (``U`` = escaped user id, ``S`` = escaped session id)::
     redismem/q:ns:...          work-queue side: stats, failures, lag samples,
                                sweep cursor (not per user)
 
+Meta also holds the recall index watermark ``iwm`` (last indexed seq), the
+last indexed doc of the session ``ilast`` and the recall ttl ``rttl`` of the
+writes (``redismem.recall``). The recall index of a user (``D`` = a doc id,
+one per indexed message; ``E`` = an escaped id)::
+
+    ns:{u:U}:r:docs            HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
+    ns:{u:U}:r:links           HASH  D -> "prev,next" (neighbouring docs of its session)
+    ns:{u:U}:r:dkeys           HASH  D -> the suffixes of the posting and filter keys
+                                     that hold D, space separated (to forget it)
+    ns:{u:U}:r:stats           HASH  n (docs), next (last doc id given)
+    ns:{u:U}:r:time            ZSET  D -> created ms
+    ns:{u:U}:r:exp             ZSET  D -> deadline ms (docs with a recall ttl)
+    ns:{u:U}:r:t:<term>        ZSET  D -> weight of the term in D (postings)
+    ns:{u:U}:r:f:s:E           ZSET  D -> created ms, docs of session E
+    ns:{u:U}:r:f:a:E           ZSET  the same, docs written by agent E
+    ns:{u:U}:r:f:g:E=E         ZSET  the same, docs of entries tagged key=value
+
 The long-term store (``redismem.store``) keeps a namespace ``(T, L2, ...)``
 under the user tag of its first label, the tenant ``T``. An item is named by
 its ref ``R = e(T)/e(L2)/.../#e(key)`` (``e`` = ``escape_id``; ``/`` and ``#``
@@ -68,6 +85,7 @@ from .errors import InvalidInput
 
 __all__ = [
     "KeyLayout",
+    "RecallKeys",
     "ParsedKey",
     "SessionKeys",
     "StoreKeys",
@@ -175,6 +193,45 @@ class SessionKeys:
 
     def all_session_keys(self) -> tuple[str, ...]:
         return (self.msgs, self.meta, self.entries, self.tags, self.summary, self.writes)
+
+
+RECALL_KEY_KINDS = ("docs", "links", "dkeys", "stats", "time", "exp")
+
+
+@dataclass(frozen=True, slots=True)
+class RecallKeys:
+    """The recall index keys of one user: the fixed ones, in the order the
+    recall scripts take them, and the prefix of the posting and filter keys
+    (``prefix + suffix``; every suffix is built by the ``*_suffix`` functions)."""
+
+    prefix: str
+    docs: str
+    links: str
+    dkeys: str
+    stats: str
+    time: str
+    exp: str
+
+    def script_keys(self) -> list[str]:
+        return [self.docs, self.links, self.dkeys, self.stats, self.time, self.exp]
+
+
+def term_suffix(term: str) -> str:
+    """Postings of an index term (terms hold no spaces, braces or colons)."""
+    return f"t:{term}"
+
+
+def session_filter_suffix(session_id: str) -> str:
+    return f"f:s:{escape_id(session_id)}"
+
+
+def agent_filter_suffix(agent_name: str) -> str:
+    return f"f:a:{escape_id(agent_name)}"
+
+
+def tag_filter_suffix(key: str, value: str) -> str:
+    # "=" never occurs in escaped text: the pair is unambiguous.
+    return f"f:g:{escape_id(key)}={escape_id(value)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +381,10 @@ class KeyLayout:
             tagidx=self.tagidx(user_id),
             pending=self.pending(user_id),
         )
+
+    def recall(self, user_id: str) -> RecallKeys:
+        prefix = self.user_prefix(user_id) + "r:"
+        return RecallKeys(prefix, *(prefix + kind for kind in RECALL_KEY_KINDS))
 
     def queue_key(self, name: str) -> str:
         """A key of the work-queue side (stats, failure log, sweep cursor),

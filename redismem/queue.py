@@ -32,6 +32,7 @@ from .keys import KeyLayout, escape_id
 __all__ = [
     "DEFAULT_QUEUE_NAME",
     "SUMMARIZE_JOB",
+    "SUMMARIZE_OFF",
     "QueueStats",
     "SummarizeArgs",
     "SummaryQueue",
@@ -44,6 +45,8 @@ DEFAULT_QUEUE_NAME = "redismem/queue"
 #: How long an enqueued job may wait for a worker before arq drops it.
 JOB_EXPIRES = timedelta(minutes=10)
 SUMMARIZE_JOB = "summarize_session"
+#: The settings of a job whose session is not summarized, only indexed.
+SUMMARIZE_OFF = "-"
 RECONCILE_JOB = "reconcile_pending"
 
 _STATS_TTL_MS = int(timedelta(days=7).total_seconds() * 1000)
@@ -96,6 +99,19 @@ class SummarizeArgs:
         """``"keep_recent,batch,compact"``, e.g. ``"20,20,1"``."""
         return f"{self.keep_recent},{self.batch},{int(self.compact)}"
 
+    @staticmethod
+    def encode_optional(args: SummarizeArgs | None) -> str:
+        """``encode()``, or ``SUMMARIZE_OFF`` for a session that is not
+        summarized (its job only indexes)."""
+        return SUMMARIZE_OFF if args is None else args.encode()
+
+    @classmethod
+    def decode_optional(cls, namespace: str, raw: str | bytes) -> SummarizeArgs | None:
+        """``decode``, with ``SUMMARIZE_OFF`` (or "") decoded as None."""
+        if raw in (SUMMARIZE_OFF, SUMMARIZE_OFF.encode(), "", b""):
+            return None
+        return cls.decode(namespace, raw)
+
     @classmethod
     def decode(cls, namespace: str, raw: str | bytes) -> SummarizeArgs:
         """The settings ``encode()`` made; ``InvalidInput`` if ``raw`` is not that form."""
@@ -144,22 +160,23 @@ class SummaryQueue:
         user_id: str,
         session_id: str,
         episode: int | str,
-        args: SummarizeArgs,
+        namespace: str,
+        args: SummarizeArgs | None,
         *,
         delay: float | None = None,
     ) -> bool:
         """Enqueue the job of one pending episode, ``summarize_session(user_id,
-        session_id, namespace, settings)`` with ``settings`` encoded; False when
-        it is already queued (the job id names the episode, so a retried
-        enqueue is harmless)."""
+        session_id, namespace, settings)`` with ``settings`` encoded (``args``
+        None: the session is only indexed); False when it is already queued
+        (the job id names the episode, so a retried enqueue is harmless)."""
         job = await self._policy.run(
             lambda: self.pool.enqueue_job(
                 SUMMARIZE_JOB,
                 user_id,
                 session_id,
-                args.namespace,
-                args.encode(),
-                _job_id=job_id(args.namespace, user_id, session_id, episode),
+                namespace,
+                SummarizeArgs.encode_optional(args),
+                _job_id=job_id(namespace, user_id, session_id, episode),
                 _queue_name=self._queue_name,
                 _defer_by=self._delay if delay is None else delay,
                 _expires=JOB_EXPIRES,

@@ -31,10 +31,12 @@ import redis.exceptions as rexc
 
 from .connection import CallPolicy
 from .errors import StoreFull
-from .keys import SessionKeys
+from .keys import RecallKeys, SessionKeys
 
 __all__ = [
     "CommitResult",
+    "IndexDoc",
+    "IndexRead",
     "PrepareResult",
     "ReadResult",
     "SessionScripts",
@@ -45,8 +47,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_WITH_COMMON = ("write", "read", "touch", "snapshot", "clear", "prepare", "commit")
+_WITH_COMMON = ("write", "read", "touch", "snapshot", "clear", "prepare", "commit", "index_read")
 _PLAIN = ("sessions", "settle")
+#: Scripts prefixed with ``_recall.lua`` (the recall index helpers).
+_WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
+#: Scripts prefixed with both (``_common.lua`` first).
+_WITH_BOTH = ("index_commit",)
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
 
@@ -55,9 +61,12 @@ _FULL_LOG_EVERY = 60.0
 def script_source(name: str) -> str:
     folder = files("redismem") / "scripts"
     body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    if name in _WITH_COMMON:
-        return (folder / "_common.lua").read_text(encoding="utf-8") + "\n" + body
-    return body
+    preludes = []
+    if name in _WITH_COMMON or name in _WITH_BOTH:
+        preludes.append((folder / "_common.lua").read_text(encoding="utf-8"))
+    if name in _WITH_RECALL:
+        preludes.append((folder / "_recall.lua").read_text(encoding="utf-8"))
+    return "\n".join([*preludes, body])
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,10 @@ class PrepareResult:
     messages: list[bytes]
     covering: list[bytes]
     gen: str
+    #: Seq of the last candidate (``messages`` holds one more, if stored).
+    last_seq: int
+    #: The index watermark; -1 when the session's writes are not indexed.
+    indexed_until: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +126,38 @@ class CommitResult:
     #: session was cleared or expired, maybe written again, since the pass read it).
     status: str
     still_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRead:
+    """What ``index_read`` found: the messages after the index watermark."""
+
+    seq: int
+    gen: str
+    iwm: int
+    #: The recall ttl of the session's writes in ms (0 = forever); None when
+    #: its writes are not indexed.
+    recall_ttl_ms: int | None
+    #: Seq of ``messages[0]``; 0 when every stored message is indexed.
+    first_seq: int
+    messages: list[bytes]
+    #: Whole entry records covering the messages, newest first.
+    entries: list[bytes]
+    #: The stored messages just before ``first_seq``, oldest first.
+    context: list[bytes]
+    #: The session's last indexed doc (0 = none).
+    last_doc: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDoc:
+    """One message as the index commit stores it."""
+
+    created_ms: int
+    #: ``b"role|name terms|" + payload``.
+    record: bytes
+    filter_suffixes: Sequence[str]
+    postings: Mapping[str, float]
 
 
 def _text(value: Any) -> str:
@@ -128,7 +173,8 @@ class SessionScripts:
         self._redis = redis
         self._policy = policy
         self._scripts = {
-            name: redis.register_script(script_source(name)) for name in _WITH_COMMON + _PLAIN
+            name: redis.register_script(script_source(name))
+            for name in _WITH_COMMON + _PLAIN + _WITH_RECALL
         }
         self._full_logged_at = 0.0
 
@@ -171,9 +217,11 @@ class SessionScripts:
         entry_tail: bytes,
         token_count: int,
         summarize: str,
+        recall_ttl_ms: int | None,
         tags: Mapping[str, str],
         messages: Sequence[bytes],
     ) -> WriteResult:
+        """``recall_ttl_ms``: None when indexing is off, 0 to keep forever."""
         flat_tags = [part for pair in tags.items() for part in pair]
         args = [
             ttl_ms,
@@ -183,6 +231,7 @@ class SessionScripts:
             token_count,
             summarize,
             write_id,
+            "" if recall_ttl_ms is None else recall_ttl_ms,
             len(tags),
             *flat_tags,
             *messages,
@@ -294,11 +343,21 @@ class SessionScripts:
     async def prepare(
         self, keys: SessionKeys, *, session_id: str, keep_recent: int, cap: int
     ) -> PrepareResult:
-        seq, wm, length, summary, since, first, raw, covering, gen = await self._call(
+        seq, wm, length, summary, since, first, raw, covering, gen, last, iwm = await self._call(
             "prepare", keys.script_keys(), [keep_recent, cap, session_id]
         )
         return PrepareResult(
-            seq, wm, length, summary or None, _text(since), first, raw, covering, _text(gen)
+            seq,
+            wm,
+            length,
+            summary or None,
+            _text(since),
+            first,
+            raw,
+            covering,
+            _text(gen),
+            last,
+            iwm,
         )
 
     async def commit(
@@ -329,6 +388,64 @@ class SessionScripts:
         status, still = await self._call("commit", keys.script_keys(), args)
         name = {1: "committed", 0: "stale", -1: "gone"}[status]
         return CommitResult(name, bool(still))
+
+    async def index_read(self, keys: SessionKeys, *, cap: int, context: int) -> IndexRead:
+        """The session's messages after its index watermark (at most ``cap``)."""
+        seq, gen, iwm, rttl, first, messages, entries, before, last_doc = await self._call(
+            "index_read", keys.script_keys(), [cap, context]
+        )
+        recall_ttl = None if rttl is None or rttl is False else int(rttl)
+        return IndexRead(
+            int(seq),
+            _text(gen),
+            int(iwm),
+            recall_ttl,
+            int(first),
+            messages,
+            entries,
+            before,
+            int(last_doc),
+        )
+
+    async def index_commit(
+        self,
+        keys: SessionKeys,
+        recall: RecallKeys,
+        *,
+        read: IndexRead,
+        until_seq: int,
+        docs: Sequence[IndexDoc],
+    ) -> str:
+        """Add ``docs`` and move the index watermark to ``until_seq``, with
+        compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
+        args: list[Any] = [
+            read.gen,
+            read.iwm,
+            until_seq,
+            read.recall_ttl_ms or 0,
+            recall.prefix,
+            len(docs),
+        ]
+        for doc in docs:
+            postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
+            args += [doc.created_ms, doc.record, " ".join(doc.filter_suffixes), postings]
+        status, _added = await self._call(
+            "index_commit", [*keys.script_keys(), *recall.script_keys()], args
+        )
+        return {1: "committed", 0: "stale", -1: "gone"}[status]
+
+    async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
+        """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and
+        expired ones); returns how many it still lists."""
+        left = await self._call(
+            "recall_forget", recall.script_keys(), [recall.prefix, suffix, batch]
+        )
+        return int(left)
+
+    async def recall_search(self, recall: RecallKeys, args: Sequence[Any]) -> list[Any]:
+        """Run the search script (arguments: see ``recall_search.lua``)."""
+        found: list[Any] = await self._call("recall_search", recall.script_keys(), args)
+        return found
 
     async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
         cleared = await self._call("settle", [keys.meta, keys.pending], [seq, session_id, gen])

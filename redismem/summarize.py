@@ -8,7 +8,8 @@ watermark and the session's incarnation: new summary, advanced watermark and
 Nothing is written before that script runs, so a pass that dies or fails
 leaves the session as it was, a second pass over the same backlog loses the
 compare-and-set, and a pass over a session that was cleared or expired
-meanwhile (even if written again) commits nothing.
+meanwhile (even if written again) commits nothing. With indexing on, a pass
+that compacts first indexes the messages it is about to remove.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from . import codec
+from . import codec, recall
 from .errors import SummarizerError
 from .keys import validate_id
 from .toolgroups import split_at_tool_boundary
@@ -77,7 +78,7 @@ async def summarize_pass(
     if not read.messages:
         return SummarizeOutcome("idle", seq=read.seq, gen=read.gen)
     first = read.first_seq
-    last = min(read.seq - keep_recent, first + cap - 1)
+    last = read.last_seq
     created = codec.parse_covering(read.covering, keys.entries)
     messages = memory.decode_messages(keys.msgs, read.messages, first, created)
     count = last - first + 1
@@ -103,6 +104,10 @@ async def summarize_pass(
         raise SummarizerError(f"summarizer returned unusable output: {str(text)[:100]!r}")
 
     until = codec.seq_of(todo[-1].id or "0")
+    if compact and 0 <= read.indexed_until < until:
+        # Compaction removes only indexed messages: index the rest first
+        # (the workers' jobs have done it already; other callers may not).
+        await recall.catch_up(memory, user_id=uid, session_id=sid)
     total = (previous["message_count"] if previous else 0) + len(todo)
     now_ms = int(time.time() * 1000)
     blob = codec.encode_summary(text, total, until, now_ms)

@@ -44,7 +44,7 @@ async def test_clearing_the_last_session_leaves_no_user_key(make_memory, raw):
 
 
 async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(make_memory, raw):
-    mem = await make_memory()
+    mem = await make_memory(index=False)  # the session key layout (recall: test_recall.py)
     for uid in ["alice", *NEIGHBOURS]:
         for sid in ("s1", "s2"):
             await mem.write([user(f"{uid}/{sid}")], session_id=sid, user_id=uid, tags={"t": uid})
@@ -64,7 +64,7 @@ async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(make_me
 
 
 async def test_clear_user_with_more_keys_than_one_scan_batch(make_memory, raw):
-    mem = await make_memory(ttl=None)
+    mem = await make_memory(ttl=None, index=False)
     for i in range(160):
         await mem.write([user("x")], session_id=f"s{i}", user_id="many", tags={"i": str(i)})
     await mem.write([user("y")], session_id="s0", user_id="few")

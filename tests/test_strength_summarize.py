@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from redismem import Memory, Message, SummarizerError
+from redismem import Memory, Message, SummarizerError, recall
 from redismem.summarize import MAX_SUMMARY_CHARS, SummarizeOutcome, settle_pending, summarize_pass
 
 SID = "s"
@@ -52,6 +52,7 @@ def summarizing(make_memory, namespace):
     async def make(**options: Any) -> Memory:
         options.setdefault("keep_recent", 2)
         options.setdefault("summarize_batch", 1)
+        options.setdefault("index", False)
         return await make_memory(
             queue_name=f"redismem/strength-{namespace}", summarize_delay=3600, **options
         )
@@ -139,6 +140,21 @@ async def test_settle_clears_the_mark_after_an_idle_pass(summarizing):
     assert await pending_mark(memory) is not None
     idle = await run(memory, Fixed(), keep_recent=10)
     assert idle.status == "idle"
+    assert await settle_pending(
+        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+    )
+    assert await pending_mark(memory) is None
+
+
+async def test_settle_keeps_the_mark_while_messages_wait_for_indexing(summarizing):
+    memory = await summarizing(index=True)
+    await memory.write(turns(4), session_id=SID)
+    idle = await run(memory, Fixed(), keep_recent=10)
+    assert not await settle_pending(
+        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+    )
+    assert await pending_mark(memory) is not None
+    await recall.catch_up(memory, user_id="default", session_id=SID)
     assert await settle_pending(
         memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
     )

@@ -138,20 +138,33 @@ local function unsummarized_backlog(seq, len, wm, keep_recent)
   return seq - covered - keep_recent
 end
 
--- Mark the session pending summarization when its backlog reaches the batch
--- size; `settings` is "keep_recent,batch,compact" ("" = summarization off) and
--- is kept in meta so a job enqueued by the reconcile sweep knows them; `wm`
--- is the summary watermark. Returns the pending-since time when this call
--- newly marked it, else 0.
-local function mark_pending(seq, len, wm, settings, now, sid)
-  if settings == '' then return 0 end
-  local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
-  if unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) < tonumber(batch) then return 0 end
+-- Mark the session pending for the workers when it has work: indexing (with
+-- `index` every write has some) or a summarization backlog that reached the
+-- batch size. `settings` is "keep_recent,batch,compact" ("" = summarization
+-- off), kept in meta as `sumcfg` ("-" when off) so a job enqueued by the
+-- reconcile sweep knows them; `wm` is the summary watermark. Returns the
+-- pending-since time when this call newly marked it, else 0.
+local function mark_pending(seq, len, wm, settings, index, now, sid)
+  local due = index
+  if not due and settings ~= '' then
+    local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
+    due = unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) >= tonumber(batch)
+  end
+  if not due then return 0 end
   if redis.call('ZADD', KEYS[9], 'NX', now, sid) == 1 then
+    if settings == '' then settings = '-' end
     redis.call('HSET', KEYS[2], 'sumcfg', settings)
     return now
   end
   return 0
+end
+
+-- Count the messages a trim drops before they were indexed (meta
+-- `unindexed`): `max_messages` wins over recall, so the workers never see
+-- them. `drop` oldest messages go; `head` is the first stored seq.
+local function count_unindexed(drop, head, iwm)
+  local lost = drop - math.max(0, math.min(drop, iwm - head + 1))
+  if lost > 0 then redis.call('HINCRBY', KEYS[2], 'unindexed', lost) end
 end
 
 local function corrupt(key, reason)
@@ -179,12 +192,15 @@ local function integrity_error(meta, len)
   return nil
 end
 
--- {seq, dropped, tokens, writes, exp, wm} of the session meta (exp may be
--- nil: see needs_touch), or nil when the meta hash is missing.
+-- {seq, dropped, tokens, writes, exp, wm, iwm, rttl} of the session meta
+-- (exp may be nil: see needs_touch; rttl is nil unless the session's writes
+-- are indexed), or nil when the meta hash is missing.
 local function load_meta()
-  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes', 'exp', 'wm')
+  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes', 'exp', 'wm',
+    'iwm', 'rttl')
   if meta[1] == false then return nil end
-  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0', meta[5] or nil, meta[6] or '0'}
+  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0', meta[5] or nil, meta[6] or '0',
+    meta[7] or '0', meta[8] or nil}
 end
 
 -- Write ids remembered per session: at least this many of the latest writes.

@@ -7,7 +7,9 @@
 -- ARGV[3]     session id (unescaped)
 -- Returns {seq, wm, len, summary or false, pending_since or false,
 --          first_seq of the candidates, {candidates + one lookahead message},
---          {"first_seq,created_ms" of covering entries, newest first}, gen};
+--          {"first_seq,created_ms" of covering entries, newest first}, gen,
+--          last: seq of the last candidate (the list holds one more),
+--          iwm: the index watermark, -1 when the writes are not indexed};
 -- seq is 0 when the session does not exist.
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local keep_recent = tonumber(ARGV[1])
@@ -16,16 +18,19 @@ local len = redis.call('LLEN', KEYS[1])
 local meta = load_meta()
 local broken = integrity_error(meta, len)
 if broken then return broken end
-if meta == nil then return {0, 0, 0, false, false, 0, {}, {}, ''} end
+if meta == nil then return {0, 0, 0, false, false, 0, {}, {}, '', 0, -1} end
 local seq = tonumber(meta[1])
 local wm = tonumber(meta[6])
 local gen = redis.call('HGET', KEYS[2], 'gen') or ''
 local head = seq - len + 1
 local first = math.max(wm + 1, head)
 local last = math.min(seq - keep_recent, first + cap - 1)
+-- The index watermark, or -1 when the session's writes are not indexed.
+local iwm = -1
+if meta[8] then iwm = tonumber(meta[7]) end
 local summary = redis.call('GET', KEYS[5])
 local since = redis.call('ZSCORE', KEYS[9], ARGV[3])
-if last < first then return {seq, wm, len, summary, since, 0, {}, {}, gen} end
+if last < first then return {seq, wm, len, summary, since, 0, {}, {}, gen, 0, iwm} end
 -- One message past the batch so the caller can see a tool result that
 -- belongs to the batch's last assistant tool call.
 local msgs = redis.call('LRANGE', KEYS[1], first - head, math.min(last + 1, seq) - head)
@@ -42,4 +47,4 @@ for i = #records, 1, -1 do
   if entry_first <= last + 1 then covering[#covering + 1] = prefix end
   if entry_first <= first then break end
 end
-return {seq, wm, len, summary, since, first, msgs, covering, gen}
+return {seq, wm, len, summary, since, first, msgs, covering, gen, last, iwm}

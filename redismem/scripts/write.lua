@@ -11,8 +11,11 @@
 -- ARGV[5]      token count of the entry
 -- ARGV[6]      summarization settings "keep_recent,batch,compact" ("" = off)
 -- ARGV[7]      write id (unique per write() call)
--- ARGV[8]      T, the number of tag pairs; ARGV[9 .. 8+2T] tag keys and values
--- ARGV[9+2T..] the encoded messages, oldest first
+-- ARGV[8]      recall ttl in ms for the recall index ("" = indexing off,
+--              "0" = keep forever): with indexing on, every write makes the
+--              session due for the workers
+-- ARGV[9]      T, the number of tag pairs; ARGV[10 .. 9+2T] tag keys and values
+-- ARGV[10+2T..] the encoded messages, oldest first
 -- Returns {first_seq, created_ms, messages stored in the session, trimmed,
 --          pending_since, pending, duplicate}: pending_since > 0 when this
 --          write made the session newly pending summarization (the caller then
@@ -24,8 +27,9 @@ local ttl = tonumber(ARGV[1])
 local max_messages = tonumber(ARGV[2])
 local sid = ARGV[3]
 local write_id = ARGV[7]
-local ntags = tonumber(ARGV[8])
-local first_msg = 9 + 2 * ntags
+local recall_ttl = ARGV[8]
+local ntags = tonumber(ARGV[9])
+local first_msg = 10 + 2 * ntags
 local count = #ARGV - first_msg + 1
 
 local meta = load_meta()
@@ -34,7 +38,7 @@ local broken = integrity_error(meta, len)
 if broken then return broken end
 
 local function pending_now()
-  if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
+  if (ARGV[6] ~= '' or recall_ttl ~= '') and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
   return 0
 end
 
@@ -58,7 +62,7 @@ if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
   redis.call('HSET', KEYS[2], 'created', now, 'gen', write_id)
-  meta = {'0', '0', '0', '0', nil, '0'}
+  meta = {'0', '0', '0', '0', nil, '0', '0', nil}
 end
 local last = first + count - 1
 redis.call('HSET', KEYS[2], 'seq', last, 'tokens', tonumber(meta[3]) + tonumber(ARGV[5]),
@@ -69,7 +73,7 @@ end
 redis.call('RPUSH', KEYS[3], first .. ',' .. now .. ',' .. ARGV[4])
 
 local indexed = 0
-for i = 9, 8 + 2 * ntags, 2 do
+for i = 10, 9 + 2 * ntags, 2 do
   local k, v = ARGV[i], ARGV[i + 1]
   redis.call('HSET', KEYS[4], k, v)
   local pair = lp(k) .. lp(v)
@@ -79,11 +83,14 @@ end
 len = len + count
 local trimmed = 0
 if max_messages > 0 and len > max_messages then
-  trimmed = drop_oldest(len - max_messages, last)
+  local drop = len - max_messages
+  if recall_ttl ~= '' then count_unindexed(drop, last - len + 1, tonumber(meta[7])) end
+  trimmed = drop_oldest(drop, last)
   len = len - trimmed
   redis.call('HINCRBY', KEYS[2], 'trimmed', trimmed)
 end
-local pending_since = mark_pending(last, len, tonumber(meta[6]), ARGV[6], now, sid)
+if recall_ttl ~= '' and meta[8] ~= recall_ttl then redis.call('HSET', KEYS[2], 'rttl', recall_ttl) end
+local pending_since = mark_pending(last, len, tonumber(meta[6]), ARGV[6], recall_ttl ~= '', now, sid)
 
 if touching then
   touch_session(ttl, now, sid, nil)

@@ -47,11 +47,18 @@ from redismem.errors import (
 )
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
-from redismem.summarize import settle_pending, summarize_pass
+from redismem.recall import IndexOutcome, index_pass
+from redismem.summarize import SummarizeOutcome, settle_pending, summarize_pass
 
 from .context import config_of, memory_for, queue_of, stats_for
 
-__all__ = ["MAX_TRIES", "reconcile_pending", "retry_delay", "summarize_session"]
+__all__ = [
+    "MAX_TRIES",
+    "reconcile_pending",
+    "retry_delay",
+    "stored_settings",
+    "summarize_session",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +76,18 @@ def retry_delay(tries: int) -> float:
     return float(min(30.0, 0.5 * 2**tries))
 
 
-async def summarize_args(
+async def stored_settings(
     memory: Memory, namespace: str, user_id: str, session_id: str
-) -> SummarizeArgs | None:
-    """The summarization settings the write that marked the session stored
-    with it, None when the session is gone. ``CorruptData`` if unreadable."""
+) -> tuple[bool, SummarizeArgs | None]:
+    """``(found, settings)``: the summarization settings the write that marked
+    the session stored with it (None: the session is only indexed); found is
+    False when the session is gone. ``CorruptData`` if unreadable."""
     meta = memory.layout.session(user_id, session_id).meta
     raw = await memory.call(lambda redis: redis.hget(meta, "sumcfg"))
     if raw is None:
-        return None
+        return False, None
     try:
-        return SummarizeArgs.decode(namespace, raw)
+        return True, SummarizeArgs.decode_optional(namespace, raw)
     except InvalidInput as exc:
         raise CorruptData(meta, str(exc)) from exc
 
@@ -100,6 +108,7 @@ def failure_text(exc: BaseException) -> str:
 class _Progress:
     status: str = "ok"
     summarized: int = 0
+    indexed: int = 0
     passes: int = 0
 
 
@@ -139,7 +148,12 @@ async def summarize_session(
             exc_info=not isinstance(exc, RedisMemError),
         )
         return await _give_up(ctx, progress, namespace, user_id, session_id, exc, tries, True)
-    return {"status": progress.status, "summarized": progress.summarized, "passes": progress.passes}
+    return {
+        "status": progress.status,
+        "summarized": progress.summarized,
+        "indexed": progress.indexed,
+        "passes": progress.passes,
+    }
 
 
 async def _summarize(
@@ -161,51 +175,91 @@ async def _summarize(
         progress.status = "not pending"
         return
     if settings is None:
-        args = await summarize_args(memory, namespace, user_id, session_id)
-        if args is None:
+        found, args = await stored_settings(memory, namespace, user_id, session_id)
+        if not found:
             await clear_mark(memory, user_id, session_id)
             progress.status = "gone"
             return
     else:
-        args = SummarizeArgs.decode(namespace, settings)
+        args = SummarizeArgs.decode_optional(namespace, settings)
     stats = stats_for(ctx, memory.layout)
     deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
-        outcome = await summarize_pass(
-            memory,
-            config.summarizer,
-            user_id=user_id,
-            session_id=session_id,
-            keep_recent=args.keep_recent,
-            batch=args.batch,
-            compact=args.compact,
-            summarizer_timeout=config.summarizer_timeout,
-        )
-        progress.passes += 1
+        index = await _index_until_idle(memory, stats, progress, user_id, session_id, deadline)
+        if index.status == "stale":  # out of time: go on in a new job
+            await _continue_later(ctx, user_id, session_id, namespace, args)
+            break
+        if index.status == "gone":
+            outcome = SummarizeOutcome("gone")
+        elif args is None:
+            outcome = SummarizeOutcome("idle", seq=index.seq, gen=index.gen)
+        else:
+            outcome = await summarize_pass(
+                memory,
+                config.summarizer,
+                user_id=user_id,
+                session_id=session_id,
+                keep_recent=args.keep_recent,
+                batch=args.batch,
+                compact=args.compact,
+                summarizer_timeout=config.summarizer_timeout,
+            )
+            progress.passes += 1
         if outcome.status == "committed":
             progress.summarized += outcome.summarized
             await stats.record_commit(outcome.summarized, outcome.lag_ms)
         elif outcome.status == "stale":
             await stats.incr(stale_commits=1)
         if outcome.status in ("idle", "gone"):
-            # Nothing to summarize now: clear the mark so the next write
-            # that makes the session due enqueues again, unless a write
-            # arrived meanwhile; then look again.
+            # Nothing to do now: clear the mark so the next write that makes
+            # the session due enqueues again, unless a write arrived since
+            # the index pass read the session; then look again.
             if await settle_pending(
                 memory,
                 user_id=user_id,
                 session_id=session_id,
-                seq=outcome.seq,
-                gen=outcome.gen,
+                seq=index.seq if outcome.status == "idle" else 0,
+                gen=index.gen if outcome.status == "idle" else "",
             ):
                 break
         elif not outcome.still_pending:
             break
         if time.monotonic() > deadline:
-            episode = f"{int(time.time() * 1000)}"
-            await queue_of(ctx).enqueue(user_id, session_id, episode, args, delay=0)
+            await _continue_later(ctx, user_id, session_id, namespace, args)
             break
     await stats.incr(jobs=1)
+
+
+async def _index_until_idle(
+    memory: Memory,
+    stats: Any,
+    progress: _Progress,
+    user_id: str,
+    session_id: str,
+    deadline: float,
+) -> IndexOutcome:
+    """Index the session's unindexed messages: the last pass's outcome
+    ("idle" or "gone"), or "stale" when the job ran out of time first."""
+    while True:
+        outcome = await index_pass(memory, user_id=user_id, session_id=session_id)
+        if outcome.status in ("idle", "gone"):
+            return outcome
+        if outcome.status == "indexed":
+            progress.indexed += outcome.indexed
+            await stats.incr(messages_indexed=outcome.indexed)
+        if time.monotonic() > deadline:
+            return IndexOutcome("stale")
+
+
+async def _continue_later(
+    ctx: dict[str, Any],
+    user_id: str,
+    session_id: str,
+    namespace: str,
+    args: SummarizeArgs | None,
+) -> None:
+    episode = f"{int(time.time() * 1000)}"
+    await queue_of(ctx).enqueue(user_id, session_id, episode, namespace, args, delay=0)
 
 
 async def _give_up(
@@ -281,16 +335,16 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
         for raw_sid, since in due:
             session_id = raw_sid.decode()
             try:
-                args = await summarize_args(memory, namespace, user_id, session_id)
+                found, args = await stored_settings(memory, namespace, user_id, session_id)
             except CorruptData as exc:
                 # Not retried: recorded once, and the mark cleared.
                 progress = _Progress()
                 await _give_up(ctx, progress, namespace, user_id, session_id, exc, 1, True)
                 continue
-            if args is None:
+            if not found:
                 await clear_mark(memory, user_id, session_id)
                 continue
-            if await queue.enqueue(user_id, session_id, int(since), args, delay=0):
+            if await queue.enqueue(user_id, session_id, int(since), namespace, args, delay=0):
                 enqueued += 1
     if enqueued:
         await stats_for(ctx, layout).incr(swept=enqueued)

@@ -1,0 +1,378 @@
+"""Recall: every message a user's agents wrote, indexed by the workers and
+searchable by keyword with filters.
+
+Indexing happens off the write path. With indexing on (the client's
+``index`` option), every write marks its session due (``rttl`` in meta
+records the recall ttl) and the same coalesced job that summarizes runs an
+``index_pass``: it reads the messages after the session's index watermark
+``iwm``, turns each into a doc (``ranking.doc_weights`` gives its postings),
+and commits them with compare-and-set on the watermark and the session's
+incarnation. A pass that dies changes nothing, and a second pass over the same
+messages loses the compare-and-set: each message is indexed exactly once.
+Summarization never compacts a message past ``iwm``, and ``max_messages``
+trims only indexed messages (see ``_common.lua``), so no message leaves the
+session before it is indexed.
+
+A doc keeps what a hit returns: the stored message, its session, entry tags,
+agent and write time. Docs live in the user's slot (keys in ``keys.py``) and
+expire ``recall_ttl`` after they were indexed; ``clear``, ``clear_user`` and
+``clear_all`` remove them with the session. Search is one script call
+(``recall_search.lua``, the port of ``ranking.rank``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgpack
+
+from . import codec, ranking
+from .analysis import terms
+from .checks import check_tags
+from .errors import CorruptData, InvalidInput
+from .keys import (
+    agent_filter_suffix,
+    session_filter_suffix,
+    tag_filter_suffix,
+    validate_id,
+)
+from .models import ROLES, Hit, Message
+from .queue import SummarizeArgs
+from .scripts import IndexDoc
+
+if TYPE_CHECKING:
+    from .client import Memory
+
+__all__ = [
+    "IndexOutcome",
+    "catch_up",
+    "flush",
+    "forget_session",
+    "index_pass",
+    "search",
+]
+
+#: Most messages one indexing pass reads and commits.
+INDEX_BATCH = 200
+#: Version of the doc payload.
+_DOC_VERSION = 1
+_ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
+#: Docs forgotten per script call when a session is cleared.
+_FORGET_BATCH = 500
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOutcome:
+    status: Literal["indexed", "idle", "stale", "gone"]
+    indexed: int = 0
+    #: The session's write sequence and incarnation the pass read.
+    seq: int = 0
+    gen: str = ""
+
+
+def _indexed_text(message: Message) -> str:
+    parts = [message.content]
+    for call in message.tool_calls:
+        args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+        parts.append(f"{call.name} {args}")
+    return " ".join(parts)
+
+
+def _entries_by_seq(records: Sequence[bytes], key: str) -> list[codec.DecodedEntry]:
+    """Entry records (newest first) decoded, oldest first."""
+    return [codec.decode_entry(record, key) for record in reversed(records)]
+
+
+async def index_pass(
+    memory: Memory, *, user_id: str, session_id: str, cap: int = INDEX_BATCH
+) -> IndexOutcome:
+    """Index the session's next unindexed messages (at most ``cap``) once."""
+    sid = validate_id(session_id, "session_id")
+    uid = validate_id(user_id, "user_id")
+    keys = memory.layout.session(uid, sid)
+    read = await memory.scripts.index_read(keys, cap=cap, context=ranking.CONTEXT_TURNS)
+    if not read.seq:
+        return IndexOutcome("gone")
+    if read.recall_ttl_ms is None or not read.first_seq:
+        return IndexOutcome("idle", seq=read.seq, gen=read.gen)
+    first = read.first_seq
+    entries = _entries_by_seq(read.entries, keys.entries)
+    created = [(e.first_seq, e.created_ms) for e in entries]
+    messages = memory.decode_messages(keys.msgs, read.messages, first, created)
+    context_first = first - len(read.context)
+    previous = [
+        _indexed_text(m)
+        for m in memory.decode_messages(keys.msgs, read.context, context_first, created)
+    ]
+    docs = []
+    entry_at = 0
+    for offset, (message, element) in enumerate(zip(messages, read.messages, strict=True)):
+        seq = first + offset
+        while entry_at + 1 < len(entries) and entries[entry_at + 1].first_seq <= seq:
+            entry_at += 1
+        if not entries or entries[entry_at].first_seq > seq:
+            raise CorruptData(keys.entries, f"no entry record covers message {seq}")
+        entry = entries[entry_at]
+        text = _indexed_text(message)
+        weights = ranking.doc_weights(
+            text, message.name, previous, created=codec.ms_to_datetime(entry.created_ms)
+        )
+        previous.append(text)
+        docs.append(_doc(sid, seq, entry, message, element, weights))
+    until = first + len(messages) - 1
+    status = await memory.scripts.index_commit(
+        keys, memory.layout.recall(uid), read=read, until_seq=until, docs=docs
+    )
+    if status == "gone":
+        return IndexOutcome("gone")
+    if status == "stale":
+        return IndexOutcome("stale", seq=read.seq, gen=read.gen)
+    return IndexOutcome("indexed", len(docs), read.seq, read.gen)
+
+
+async def catch_up(memory: Memory, *, user_id: str, session_id: str) -> IndexOutcome:
+    """Index everything of the session not indexed yet, in this process:
+    for summarization run outside the workers, which compacts only indexed
+    messages. Returns the last pass's outcome ("idle" or "gone")."""
+    while True:
+        outcome = await index_pass(memory, user_id=user_id, session_id=session_id)
+        if outcome.status in ("idle", "gone"):
+            return outcome
+
+
+def _doc(
+    session_id: str,
+    seq: int,
+    entry: codec.DecodedEntry,
+    message: Message,
+    element: bytes,
+    weights: Mapping[str, float],
+) -> IndexDoc:
+    payload = msgpack.packb(
+        [_DOC_VERSION, session_id, seq, entry.agent_name, entry.tags, element], use_bin_type=True
+    )
+    names = " ".join(sorted(set(terms(message.name)))) if message.name else ""
+    record = f"{_ROLE_CODE[message.role]}|{names}|".encode() + payload
+    filters = [session_filter_suffix(session_id)]
+    if entry.agent_name is not None:
+        filters.append(agent_filter_suffix(entry.agent_name))
+    filters += [tag_filter_suffix(k, v) for k, v in entry.tags.items()]
+    return IndexDoc(entry.created_ms, record, filters, weights)
+
+
+def _decode_hit(record: bytes, score: Any, key: str) -> Hit:
+    try:
+        header, _, rest = record.partition(b"|")
+        created_text = header.split(b",", 1)[0]
+        _names, _, payload = rest.partition(b"|")
+        version, session_id, seq, agent, tags, element = msgpack.unpackb(
+            payload, raw=False, strict_map_key=False
+        )
+        if version != _DOC_VERSION:
+            raise ValueError(f"unknown doc version {version!r}")
+        created_ms = int(created_text)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptData(key, f"recall doc: {exc}") from exc
+    [message] = codec.decode_messages([element], seq, [(seq, created_ms)], key)
+    return Hit(
+        message=message,
+        session_id=session_id,
+        tags=tags or {},
+        agent_name=agent,
+        created_at=message.created_at,
+        score=None if score is None else float(score),
+    )
+
+
+def _ms(value: object, what: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a datetime or None, not {type(value).__name__}")
+    if value.tzinfo is None:
+        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
+    return int(value.timestamp() * 1000)
+
+
+def _role_codes(roles: object) -> str:
+    if roles is None:
+        return ""
+    if isinstance(roles, str) or not isinstance(roles, Collection):
+        raise InvalidInput("roles must be a collection of role names, e.g. ['user']")
+    codes = set()
+    for role in roles:
+        if role not in _ROLE_CODE:
+            raise InvalidInput(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+        codes.add(str(_ROLE_CODE[role]))
+    if not codes:
+        raise InvalidInput("roles must not be empty (None means any role)")
+    return "".join(sorted(codes))
+
+
+async def search(
+    memory: Memory,
+    query: str | None,
+    *,
+    user_id: str,
+    session_id: str | None,
+    tags: Mapping[str, str] | None,
+    roles: Collection[str] | None,
+    agent_name: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    min_score: float | None,
+) -> list[Hit]:
+    """See ``Memory.search``."""
+    if query is not None and not isinstance(query, str):
+        raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+    uid = validate_id(user_id, "user_id")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"limit must be an int in [1, {MAX_LIMIT}], got {limit!r}")
+    if min_score is not None and (
+        not isinstance(min_score, int | float) or isinstance(min_score, bool)
+    ):
+        raise InvalidInput(f"min_score must be a number or None, got {min_score!r}")
+    filters = []
+    if session_id is not None:
+        filters.append(session_filter_suffix(validate_id(session_id, "session_id")))
+    if agent_name is not None:
+        if not isinstance(agent_name, str):
+            raise InvalidInput(f"agent_name must be a str or None, not {type(agent_name).__name__}")
+        filters.append(agent_filter_suffix(agent_name))
+    filters += [tag_filter_suffix(k, v) for k, v in check_tags(tags).items()]
+    since_ms, until_ms = _ms(since, "since"), _ms(until, "until")
+    role_codes = _role_codes(roles)
+    qterms = ranking.query_terms(query) if query else {}
+    if query and not qterms:
+        return []  # only stop words: nothing to rank by
+    recall = memory.layout.recall(uid)
+    args: list[Any] = [
+        recall.prefix,
+        int(time.time() * 1000),
+        limit,
+        "" if min_score is None else repr(float(min_score)),
+        "" if since_ms is None else since_ms,
+        "" if until_ms is None else until_ms,
+        role_codes,
+        len(filters),
+        *filters,
+        ranking.MAX_POSTINGS,
+        ranking.PREV_ALPHA,
+        ranking.NEXT_BETA,
+        ranking.SPEAKER_BOOST,
+        len(qterms),
+    ]
+    for term, weight in qterms.items():
+        args += [term, weight]
+    found = await memory.scripts.recall_search(recall, args)
+    return [_decode_hit(found[i + 2], found[i + 1], recall.docs) for i in range(0, len(found), 3)]
+
+
+async def forget_session(memory: Memory, user_id: str, session_id: str) -> None:
+    """Remove every indexed copy of one session's messages (in batches)."""
+    recall = memory.layout.recall(user_id)
+    suffix = session_filter_suffix(session_id)
+    while await memory.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
+        pass
+
+
+async def _scan_all(memory: Memory, pattern: str) -> list[bytes]:
+    found: list[bytes] = []
+    cursor = 0
+    while True:
+        cursor, batch = await memory.call(
+            functools.partial(_scan_once, cursor=cursor, pattern=pattern)
+        )
+        found += batch
+        if int(cursor) == 0:
+            return found
+
+
+async def _scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
+    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=1000)
+    return result
+
+
+async def _marked(redis: Any, *, key: bytes) -> list[bytes]:
+    """The ids of the sessions marked in the pending index ``key``."""
+    members: list[bytes] = await redis.zrange(key, 0, -1)
+    return members
+
+
+async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[str, str, int]]:
+    """``(user, session, seq)`` of the sessions marked pending now."""
+    layout = memory.layout
+    if user_id is not None:
+        pending_keys = [layout.pending(validate_id(user_id, "user_id")).encode()]
+    else:
+        pending_keys = await _scan_all(memory, layout.pending_pattern())
+    due = []
+    for key in pending_keys:
+        uid = layout.parse_key(key.decode()).user_id
+        for raw_sid in await memory.call(functools.partial(_marked, key=key)):
+            sid = raw_sid.decode()
+            meta = layout.session(uid, sid).meta
+            seq = await memory.call(functools.partial(_hget, key=meta, field="seq"))
+            due.append((uid, sid, int(seq or 0)))
+    return due
+
+
+async def _hget(redis: Any, *, key: str, field: str) -> bytes | None:
+    value: bytes | None = await redis.hget(key, field)
+    return value
+
+
+async def _done(memory: Memory, user_id: str, session_id: str, seq: int, since_ms: float) -> bool:
+    """Whether the work due for the session's writes up to ``seq`` is done."""
+    keys = memory.layout.session(user_id, session_id)
+
+    async def state(redis: Any) -> list[Any]:
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.zscore(keys.pending, session_id)
+            pipe.hmget(keys.meta, "iwm", "rttl", "wm", "sumcfg")
+            result: list[Any] = await pipe.execute()
+            return result
+
+    pending, (iwm, rttl, wm, sumcfg) = await memory.call(state)
+    if pending is None or pending > since_ms:
+        return True  # settled (or settled and marked again by a later write)
+    # Still marked, as newer writes keep it: done once the writes up to
+    # ``seq`` are indexed and no longer leave a summarization backlog due.
+    if rttl is not None and int(iwm or 0) < seq:
+        return False
+    settings = SummarizeArgs.decode_optional(memory.layout.namespace, sumcfg or b"")
+    if settings is None:
+        return True
+    return seq - int(wm or 0) - settings.keep_recent < settings.batch
+
+
+async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:  # noqa: ASYNC109
+    """See ``Memory.flush``."""
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
+        raise InvalidInput(f"timeout must be seconds >= 0, got {timeout!r}")
+    deadline = time.monotonic() + timeout
+    since_ms = time.time() * 1000
+    waiting = await _due_sessions(memory, user_id)
+    delay = 0.01
+    while waiting:
+        still = []
+        for uid, sid, seq in waiting:
+            if not await _done(memory, uid, sid, seq, since_ms):
+                still.append((uid, sid, seq))
+        waiting = still
+        if not waiting:
+            break
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.2)
+    return True

@@ -1,0 +1,49 @@
+-- Read what an indexing pass needs: the session's messages after its index
+-- watermark `iwm`, the entry records covering them, and the messages just
+-- before them (context for the ranking).
+-- KEYS[1..9]  session keys (see _common.lua)
+-- ARGV[1]     cap: most messages returned
+-- ARGV[2]     context: how many earlier messages to return too
+-- Returns {seq, gen, iwm, rttl or false, first_seq, {messages oldest first},
+--          {entry records covering them, newest first}, {context messages
+--          oldest first}, ilast}; seq is 0 when the session does not exist,
+--          first_seq 0 when every stored message is indexed. rttl is false
+--          when the session's writes are not indexed.
+-- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
+local cap = tonumber(ARGV[1])
+local context = tonumber(ARGV[2])
+local len = redis.call('LLEN', KEYS[1])
+local meta = load_meta()
+local broken = integrity_error(meta, len)
+if broken then return broken end
+if meta == nil then return {0, '', 0, false, 0, {}, {}, {}, 0} end
+local seq = tonumber(meta[1])
+local iwm = tonumber(meta[7])
+local more = redis.call('HMGET', KEYS[2], 'gen', 'ilast')
+local gen, ilast = more[1] or '', tonumber(more[2] or '0')
+local rttl = meta[8] or false
+local head = seq - len + 1
+local first = math.max(iwm + 1, head)
+if rttl == false or first > seq then return {seq, gen, iwm, rttl, 0, {}, {}, {}, ilast} end
+local last = math.min(seq, first + cap - 1)
+local msgs = redis.call('LRANGE', KEYS[1], first - head, last - head)
+local before = {}
+local from = math.max(head, first - context)
+if from < first then before = redis.call('LRANGE', KEYS[1], from - head, first - head - 1) end
+
+-- Entry records from the newest back to the one holding `first`.
+local covering = {}
+local step, stop = 16, -1
+while true do
+  local part = redis.call('LRANGE', KEYS[3], stop - step + 1, stop)
+  local done = false
+  for i = #part, 1, -1 do
+    covering[#covering + 1] = part[i]
+    local start = entry_first_seq(part[i])
+    if start == nil or start <= first then done = true break end
+  end
+  if done or #part < step then break end
+  stop = stop - step
+  step = step * 2
+end
+return {seq, gen, iwm, rttl, first, msgs, covering, before, ilast}

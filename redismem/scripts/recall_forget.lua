@@ -1,0 +1,14 @@
+-- Forget a batch of docs listed in one filter key (e.g. all docs of a
+-- cleared session), and the docs whose recall ttl has passed.
+-- KEYS[1..6]  the user's recall keys (see _recall.lua)
+-- ARGV[1]     prefix of posting and filter keys
+-- ARGV[2]     the filter key suffix whose docs to forget ("" = only expired docs)
+-- ARGV[3]     most docs to forget in this call
+-- Returns the number of docs still listed in that filter key.
+local prefix, suffix, max = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local t = redis.call('TIME')
+forget_expired(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), prefix, max)
+if suffix == '' then return 0 end
+local ids = redis.call('ZRANGE', prefix .. suffix, 0, max - 1)
+for i = 1, #ids do forget_doc(ids[i], prefix) end
+return redis.call('ZCARD', prefix .. suffix)
