@@ -12,11 +12,11 @@ The pipeline, in order:
    (``don't``), hyphens and other punctuation split words (``self-care`` ->
    ``self``, ``care``). Numbers keep their inner ``.``/``,`` (``3.5``,
    ``10,000`` -> ``10000``); ordinals lose their suffix (``18th`` -> ``18``).
-3. Possessive ``'s`` dropped (``caroline's`` -> ``caroline``), then any
-   token still holding an apostrophe (``i'm``, ``don't``) is a function
-   word and dropped: its meaning is in the stop list anyway.
-4. Stop words dropped (before stemming, on the surface form).
-5. Porter stemming (M. F. Porter, 1980, with the two later published
+3. Stop words dropped (on the surface form, before stemming). Then
+   apostrophes: a possessive ``'s`` goes (``caroline's`` -> ``caroline``),
+   other contractions (``could've``, ``ain't``) are function words and go,
+   and inner apostrophes of names close up (``o'brien`` -> ``obrien``).
+4. Porter stemming (M. F. Porter, 1980, with the two later published
    fixes ``abli``->``able`` read as ``bli``->``ble`` and ``logi``->``log``)
    for tokens of pure ASCII letters; other tokens (digits, other scripts)
    are kept as they are.
@@ -36,208 +36,30 @@ ANALYSIS_VERSION = 2
 # letter/digit run, optionally joined by apostrophes (don't).
 _TOKEN_RE = re.compile(r"\d+(?:[.,]\d+)*[^\W_]*|[^\W_]+(?:'[^\W_]+)*")
 _ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th|s)$")
+_CLITICS = frozenset(["t", "ve", "ll", "re", "d", "m"])
 _ASCII_WORD_RE = re.compile(r"^[a-z]+$")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
 
 # The classic English function words (SMART/Snowball-sized core), plus the
 # question words and auxiliaries queries are made of. Content words that
 # merely happen to be frequent ("like", "good") are left to idf.
-STOP_WORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "aren't",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "can't",
-        "cannot",
-        "could",
-        "couldn't",
-        "did",
-        "didn't",
-        "do",
-        "does",
-        "doesn't",
-        "doing",
-        "don't",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "hadn't",
-        "has",
-        "hasn't",
-        "have",
-        "haven't",
-        "having",
-        "he",
-        "he'd",
-        "he'll",
-        "he's",
-        "her",
-        "here",
-        "here's",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "how's",
-        "i",
-        "i'd",
-        "i'll",
-        "i'm",
-        "i've",
-        "if",
-        "in",
-        "into",
-        "is",
-        "isn't",
-        "it",
-        "it's",
-        "its",
-        "itself",
-        "let's",
-        "me",
-        "more",
-        "most",
-        "mustn't",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "ought",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "shan't",
-        "she",
-        "she'd",
-        "she'll",
-        "she's",
-        "should",
-        "shouldn't",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "that's",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "there's",
-        "these",
-        "they",
-        "they'd",
-        "they'll",
-        "they're",
-        "they've",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "wasn't",
-        "we",
-        "we'd",
-        "we'll",
-        "we're",
-        "we've",
-        "were",
-        "weren't",
-        "what",
-        "what's",
-        "when",
-        "when's",
-        "where",
-        "where's",
-        "which",
-        "while",
-        "who",
-        "who's",
-        "whom",
-        "why",
-        "why's",
-        "will",
-        "with",
-        "won't",
-        "would",
-        "wouldn't",
-        "you",
-        "you'd",
-        "you'll",
-        "you're",
-        "you've",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "also",
-        "just",
-        "s",
-        "t",
-        "ve",
-        "ll",
-        "re",
-        "d",
-        "m",
-        "yes",
-        "oh",
-        "hey",
-        "hi",
-        "ok",
-        "okay",
-        "really",
-    ]
-)
+_STOP_TEXT = """
+    a about above after again against all am an and any are aren't as at be because
+    been before being below between both but by can can't cannot could couldn't did
+    didn't do does doesn't doing don't down during each few for from further had
+    hadn't has hasn't have haven't having he he'd he'll he's her here here's hers
+    herself him himself his how how's i i'd i'll i'm i've if in into is isn't it
+    it's its itself let's me more most mustn't my myself no nor not of off on once
+    only or other ought our ours ourselves out over own same shan't she she'd she'll
+    she's should shouldn't so some such than that that's the their theirs them
+    themselves then there there's these they they'd they'll they're they've this
+    those through to too under until up very was wasn't we we'd we'll we're we've
+    were weren't what what's when when's where where's which while who who's whom
+    why why's will with won't would wouldn't you you'd you'll you're you've your
+    yours yourself yourselves also just s t ve ll re d m yes oh hey hi ok okay
+    really
+"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 
 def terms(text: str) -> list[str]:
@@ -245,10 +67,15 @@ def terms(text: str) -> list[str]:
     out: list[str] = []
     norm = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).casefold()
     for tok in _TOKEN_RE.findall(norm):
-        if tok.endswith("'s"):
-            tok = tok[:-2]
-        if "'" in tok or tok in STOP_WORDS:
+        if tok in STOP_WORDS:
             continue
+        if "'" in tok:
+            head, _, tail = tok.rpartition("'")
+            if tail in _CLITICS:
+                continue  # could've, ain't, it'd: function words
+            tok = (head if tail == "s" else tok).replace("'", "")
+            if tok in STOP_WORDS:
+                continue
         if tok[0].isdigit():
             tok = _number(tok)
         elif _ASCII_WORD_RE.match(tok):

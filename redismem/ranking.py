@@ -130,20 +130,10 @@ class Params:
 
 DEFAULT = Params()
 
-_MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
+_MONTH_TEXT = (
+    "January February March April May June July August September October November December"
+)
+_MONTHS = _MONTH_TEXT.split()
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,11 @@ def test_possessive_and_apostrophes() -> None:
     # typographic apostrophes behave like ASCII ones
     assert terms("Caroline\u2019s dog") == ["carolin", "dog"]
     assert terms("I\u2019m here") == []
+    # contractions outside the stop list are function words too
+    assert terms("could've, ain't, it'd") == []
+    # names keep their apostrophe, closed up, on both sides of a search
+    assert terms("O'Brien's rock'n'roll") == ["obrien", "rocknrol"]
+    assert terms("o\u2019brien") == ["obrien"]
 
 
 def test_punctuation_splits() -> None:

@@ -21,7 +21,11 @@ local function forget_doc(id, prefix)
   redis.call('HDEL', R_LINKS, id)
   redis.call('ZREM', R_TIME, id)
   redis.call('ZREM', R_EXP, id)
-  if redis.call('HDEL', R_DOCS, id) == 1 then redis.call('HINCRBY', R_STATS, 'n', -1) end
+  if redis.call('HDEL', R_DOCS, id) == 1 and redis.call('HINCRBY', R_STATS, 'n', -1) <= 0 then
+    -- The user's last doc: the stats go too (doc ids may then start over,
+    -- which is why index_commit checks a session's last doc is still its own).
+    redis.call('DEL', R_STATS)
+  end
 end
 
 -- Forget at most `max` docs whose recall ttl has passed; returns how many.

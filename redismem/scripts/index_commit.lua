@@ -10,7 +10,8 @@
 -- ARGV[4]  recall ttl in ms (0 = keep forever)   ARGV[5]  prefix of posting and filter keys
 -- ARGV[6]  D, the number of docs; then per doc 4 arguments, oldest first:
 --          created_ms, "role|name terms|payload", filter key suffixes
---          (space separated), postings "term weight term weight ..."
+--          (space separated, the session's first), postings
+--          "term weight term weight ..."
 -- Returns {status, docs added}: status 1 committed, 0 stale watermark,
 -- -1 the session is gone (or another incarnation).
 if redis.call('HGET', KEYS[2], 'gen') ~= ARGV[1] then return {-1, 0} end
@@ -25,9 +26,15 @@ if rttl > 0 then deadline = now + rttl end
 local touched = {R_DOCS, R_LINKS, R_DKEYS, R_STATS, R_TIME}
 if rttl > 0 then touched[#touched + 1] = R_EXP end
 local seen = {}
-local prev = redis.call('HGET', KEYS[2], 'ilast') or ''
-if prev ~= '' and redis.call('HEXISTS', R_DOCS, prev) == 0 then prev = '' end
 local ndocs = tonumber(ARGV[6])
+-- The session's last doc, to link the new ones to, if it is still its own
+-- (it may have expired, and its id been given to another doc since).
+local prev = redis.call('HGET', KEYS[2], 'ilast') or ''
+if prev ~= '' and ndocs > 0 then
+  local held = redis.call('HGET', R_DKEYS, prev)
+  local own = string.match(ARGV[9], '^(%S+)')
+  if not held or not string.find(' ' .. held .. ' ', ' ' .. own .. ' ', 1, true) then prev = '' end
+end
 for d = 0, ndocs - 1 do
   local at = 7 + 4 * d
   local created = ARGV[at]

@@ -10,5 +10,10 @@ local t = redis.call('TIME')
 forget_expired(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), prefix, max)
 if suffix == '' then return 0 end
 local ids = redis.call('ZRANGE', prefix .. suffix, 0, max - 1)
-for i = 1, #ids do forget_doc(ids[i], prefix) end
+for i = 1, #ids do
+  forget_doc(ids[i], prefix)
+  -- Also when its dkeys record is gone (clear_user unlinking keys as it
+  -- finds them): the listing must shrink, or the caller would loop forever.
+  redis.call('ZREM', prefix .. suffix, ids[i])
+end
 return redis.call('ZCARD', prefix .. suffix)

@@ -89,30 +89,20 @@ for term, qw in pairs(qterms) do
   end
 end
 
+-- Neighbour smoothing: score(d) = base(d) + alpha * base(prev d) + beta *
+-- base(next d). Pushed from each scored doc to its neighbours, so only the
+-- scored docs' links are read (a previous doc may join the candidates).
 local score = {}
+for id, s in pairs(base) do score[id] = s end
 if alpha > 0 or beta > 0 then
-  local candidates = {}
-  for id in pairs(base) do
-    candidates[id] = true
+  for id, s in pairs(base) do
     local link = redis.call('HGET', R_LINKS, id)
-    if link then
-      local p, nx = string.match(link, '^(%d*),(%d*)$')
-      if p and p ~= '' then candidates[p] = true end
-      if nx and nx ~= '' then candidates[nx] = true end
+    local p = link and string.match(link, '^(%d+),')
+    if p then
+      if beta > 0 then score[p] = (score[p] or 0) + beta * s end
+      if alpha > 0 and base[p] then score[id] = score[id] + alpha * base[p] end
     end
   end
-  for id in pairs(candidates) do
-    local s = base[id] or 0
-    local link = redis.call('HGET', R_LINKS, id)
-    if link then
-      local p, nx = string.match(link, '^(%d*),(%d*)$')
-      if p and p ~= '' then s = s + alpha * (base[p] or 0) end
-      if nx and nx ~= '' then s = s + beta * (base[nx] or 0) end
-    end
-    if s > 0 then score[id] = s end
-  end
-else
-  score = base
 end
 
 local ranked = {}
@@ -127,7 +117,7 @@ table.sort(ranked, better)
 -- doc's record): enough of it that the final top `limit` is the same.
 local walked = 0
 if boost > 0 then
-  local head = math.min(#ranked, 4 * limit + 50)
+  local head = math.min(#ranked, math.max(10 * limit, 300))
   local records = {}
   for i = 1, head do
     local id = ranked[i]

@@ -90,7 +90,14 @@ class InProcessWorker:
             with warnings.catch_warnings():
                 # arq's Worker.close() still calls redis-py's deprecated close().
                 warnings.filterwarnings("ignore", "Call to deprecated close", DeprecationWarning)
-                await self._worker.close()
+                try:
+                    await self._worker.close()
+                except asyncio.CancelledError:
+                    # close() awaits the jobs in flight, which it cancels: their
+                    # cancellation is not ours, unless this task is cancelled too.
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise
             self._worker = None
         if self._task is not None:
             self._task.cancel()
