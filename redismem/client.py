@@ -721,10 +721,13 @@ class Memory:
         history_ratio: float = 0.7,
         profile: Mapping[str, Any] | str | None = None,
         notes: Sequence[str | Mapping[str, Any]] | None = None,
+        recall: int = 0,
     ) -> BuiltContext:
         """The read side of the memory loop: request, summary and recent
-        history in the history share, profile and notes (fenced as data from
-        memory) in the rest (see ``redismem.context_builder``)."""
+        history in the history share, profile, notes and up to ``recall``
+        messages of the user's other sessions that match the request (from
+        ``search``), all fenced as data from memory, in the rest (see
+        ``redismem.context_builder``)."""
         from .context_builder import build_context
 
         return await build_context(
@@ -736,6 +739,7 @@ class Memory:
             history_ratio=history_ratio,
             profile=profile,
             notes=notes,
+            recall=recall,
         )
 
     # -- deletion ----------------------------------------------------------

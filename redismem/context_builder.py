@@ -17,9 +17,13 @@ Budget
     first, then notes in the order given (put the most relevant first); an
     item that does not fit is dropped and later, smaller ones may still fit.
     ``dropped_notes`` and ``dropped_profile_lines`` count what was left out.
+    With ``recall=N``, up to N messages of the user's *other* sessions that
+    match the request (``Memory.search``, best first) come after the notes,
+    on the same terms (``recalled_messages`` counts those included); the
+    session's own messages are left out, being in the history or its summary.
 
 Remembered text is data, not instructions
-    The summary, profile and notes go in one system message, first: a header
+    The summary, profile, notes and recalled messages go in one system message, first: a header
     saying that what follows is data retrieved from memory and must not be
     obeyed, then the data between a begin line and an end line that carry a
     marker derived from the data (see ``redismem.fencing``). Every line of the data starts with
@@ -75,6 +79,8 @@ class BuiltContext(BaseModel):
     summary_included: bool
     dropped_notes: int
     dropped_profile_lines: int
+    #: Messages of other sessions included (``recall``).
+    recalled_messages: int = 0
 
     def to_chat(self) -> list[dict[str, Any]]:
         """``messages`` as chat-completions dicts."""
@@ -168,13 +174,20 @@ class _MemoryBlock:
     def __init__(self, texts: Sequence[str]) -> None:
         self.marker = new_marker(texts)
 
-    def render(self, summary: str, profile: Sequence[str], notes: Sequence[str]) -> Message | None:
-        if not (summary or profile or notes):
+    def render(
+        self,
+        summary: str,
+        profile: Sequence[str],
+        notes: Sequence[str],
+        recalled: Sequence[str] = (),
+    ) -> Message | None:
+        if not (summary or profile or notes or recalled):
             return None
         sections = [
             (SUMMARY_LABEL, [summary] if summary else []),
             ("user profile", profile),
             ("notes", notes),
+            ("recalled from other conversations", recalled),
         ]
         content = fence(sections, self.marker)
         return Message(role="system", content=content, metadata={"redismem": "memory"})
@@ -193,9 +206,11 @@ async def build_context(
     history_ratio: float = 0.7,
     profile: Mapping[str, Any] | str | None = None,
     notes: Sequence[str | Mapping[str, Any]] | None = None,
+    recall: int = 0,
 ) -> BuiltContext:
     """The messages for one turn (see the module docstring for the rules)."""
     budget = check_int("max_tokens", max_tokens, minimum=1)
+    recall_count = check_int("recall", recall, minimum=0)
     ratio = check_fraction("history_ratio", history_ratio)
     tokenizer = memory.config.tokenizer
 
@@ -224,19 +239,27 @@ async def build_context(
         history = drop_orphan_tool_results(history[1:])
         history_cost = sum(cost(m) for m in history)
 
-    block = _MemoryBlock([summary_text, *profile_items, *note_items])
+    recalled_items = await _recalled(memory, session_id, user_id, asked, recall_count)
+    block = _MemoryBlock([summary_text, *profile_items, *note_items, *recalled_items])
 
-    def used(summary: str, kept_profile: list[str], kept_notes: list[str]) -> int:
-        note = block.render(summary, kept_profile, kept_notes)
+    def used(
+        summary: str, kept_profile: list[str], kept_notes: list[str], kept_recalled: list[str]
+    ) -> int:
+        note = block.render(summary, kept_profile, kept_notes, kept_recalled)
         return request_cost + history_cost + (cost(note) if note is not None else 0)
 
-    def fits(summary: str, kept_profile: list[str], kept_notes: list[str]) -> bool:
-        return used(summary, kept_profile, kept_notes) <= budget
+    def fits(
+        summary: str,
+        kept_profile: list[str],
+        kept_notes: list[str],
+        kept_recalled: list[str] | None = None,
+    ) -> bool:
+        return used(summary, kept_profile, kept_notes, kept_recalled or []) <= budget
 
     # The memory message's header and fence come out of the rest of the budget;
     # the summary is cut further only when they do not fit beside it.
     if summary_text:
-        cut = fit_text(summary_text, lambda text: used(text, [], []), budget)
+        cut = fit_text(summary_text, lambda text: used(text, [], [], []), budget)
         if len(cut) < len(summary_text):
             summary_text = cut if cut.strip() else ""
     kept_profile: list[str] = []
@@ -248,7 +271,12 @@ async def build_context(
         if fits(summary_text, kept_profile, [*kept_notes, item]):
             kept_notes.append(item)
 
-    note = block.render(summary_text, kept_profile, kept_notes)
+    kept_recalled: list[str] = []
+    for item in recalled_items:
+        if fits(summary_text, kept_profile, kept_notes, [*kept_recalled, item]):
+            kept_recalled.append(item)
+
+    note = block.render(summary_text, kept_profile, kept_notes, kept_recalled)
     head: list[Message] = []
     memory_cost = 0
     summary_cost = 0
@@ -269,4 +297,25 @@ async def build_context(
         summary_included=bool(summary_text),
         dropped_notes=len(note_items) - len(kept_notes),
         dropped_profile_lines=len(profile_items) - len(kept_profile),
+        recalled_messages=len(kept_recalled),
     )
+
+
+async def _recalled(
+    memory: Memory, session_id: str, user_id: str, request: Message, count: int
+) -> list[str]:
+    """Up to ``count`` messages of the user's other sessions that match the
+    request, best first, rendered as lines for the memory message."""
+    if count == 0 or not request.content.strip():
+        return []
+    hits = await memory.search(request.content, user_id=user_id, limit=min(1000, count * 3 + 10))
+    items = []
+    for hit in hits:
+        if hit.session_id == session_id:
+            continue  # the session's own messages are in the history (or its summary)
+        when = f"{hit.created_at:%Y-%m-%d}" if hit.created_at else "?"
+        speaker = hit.message.role + (f" {hit.message.name}" if hit.message.name else "")
+        items.append(f"{when} {speaker}: {hit.message.content}")
+        if len(items) == count:
+            break
+    return items

@@ -34,7 +34,8 @@ writes (``redismem.recall``). The recall index of a user (``D`` = a doc id,
 one per indexed message; ``E`` = an escaped id)::
 
     ns:{u:U}:r:docs            HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
-    ns:{u:U}:r:links           HASH  D -> "prev,next" (neighbouring docs of its session)
+    ns:{u:U}:r:links           HASH  D -> "prev|speaker name terms" (prev: the doc
+                                     before D in its session)
     ns:{u:U}:r:dkeys           HASH  D -> the suffixes of the posting and filter keys
                                      that hold D, space separated (to forget it)
     ns:{u:U}:r:stats           HASH  n (docs), next (last doc id given)

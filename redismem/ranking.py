@@ -93,7 +93,7 @@ CONTEXT_WEIGHT = 0.7
 CONTEXT_DECAY = 0.7
 # Postings read per query term (the heaviest first): bounds the work of one
 # search whatever the user's history size.
-MAX_POSTINGS = 1000
+MAX_POSTINGS = 300
 # Query-time neighbour smoothing: a doc gains NEXT_BETA of the score of the
 # message after it (the reply that names what the doc was about). The
 # previous message is already folded in at index time, hence PREV_ALPHA 0.

@@ -1071,3 +1071,28 @@ async def test_flush_waits_for_the_background_work(recall, background):
     await settle(memory, background, user_id="alice")
     assert contents(await memory.search("pending", user_id="alice")) == ["pending words"]
     await settle(memory, background)
+
+
+async def test_build_context_recalls_other_sessions_fenced_and_without_duplicates(mem, background):
+    await mem.write([user("My passport number ends in 4471")], session_id="old")
+    await mem.write([user("I renewed the passport in March")], session_id="current")
+    await settle(mem, background)
+    built = await mem.build_context(
+        session_id="current", request="where is my passport?", max_tokens=2000, recall=3
+    )
+    assert built.recalled_messages == 1
+    memory_message = built.messages[0]
+    assert memory_message.role == "system"
+    assert "recalled from other conversations" in memory_message.content
+    assert "| " in memory_message.content and "ends in 4471" in memory_message.content
+    # The session's own message is in the history, never recalled again.
+    assert memory_message.content.count("renewed the passport") == 0
+    assert [m.content for m in built.messages[1:-1]] == ["I renewed the passport in March"]
+    without = await mem.build_context(
+        session_id="current", request="where is my passport?", max_tokens=2000
+    )
+    assert without.recalled_messages == 0
+    tight = await mem.build_context(
+        session_id="current", request="where is my passport?", max_tokens=40, recall=3
+    )
+    assert tight.token_count <= 40

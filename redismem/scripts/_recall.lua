@@ -4,7 +4,8 @@
 -- filter keys are `prefix .. suffix` (keys.py builds the suffixes); they
 -- carry the user's hash tag, so every key lies in the user's slot.
 -- docs values are "created_ms,deadline_ms,role|name terms|payload"
--- (deadline "" = kept forever); links "prev,next"; dkeys the suffixes of the
+-- (deadline "" = kept forever); links "prev|speaker name terms" (prev: the
+-- session's doc before it, "" for none); dkeys the suffixes of the
 -- posting and filter keys holding the doc, space separated.
 
 local RK = #KEYS - 6

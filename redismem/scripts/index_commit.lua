@@ -1,6 +1,6 @@
 -- Commit an indexing pass: the docs of the session's messages after the
 -- index watermark, their postings and filter entries, links to their
--- neighbours, and the advanced watermark, with compare-and-set on the
+-- previous doc and speaker, and the advanced watermark, with compare-and-set on the
 -- session's incarnation and watermark. A re-sent or duplicate pass finds the
 -- watermark moved and changes nothing, so each message is indexed once.
 -- KEYS[1..9]    session keys (see _common.lua)
@@ -58,11 +58,8 @@ for d = 0, ndocs - 1 do
   redis.call('HSET', R_DKEYS, id, table.concat(suffixes, ' '))
   redis.call('ZADD', R_TIME, created, id)
   if rttl > 0 then redis.call('ZADD', R_EXP, deadline, id) end
-  redis.call('HSET', R_LINKS, id, prev .. ',')
-  if prev ~= '' then
-    local before = string.match(redis.call('HGET', R_LINKS, prev) or ',', '^(%d*),') or ''
-    redis.call('HSET', R_LINKS, prev, before .. ',' .. id)
-  end
+  local names = string.match(ARGV[at + 1], '^%d+|([^|]*)|') or ''
+  redis.call('HSET', R_LINKS, id, prev .. '|' .. names)
   prev = id
 end
 if ndocs > 0 then redis.call('HINCRBY', R_STATS, 'n', ndocs) end

@@ -97,7 +97,7 @@ for id, s in pairs(base) do score[id] = s end
 if alpha > 0 or beta > 0 then
   for id, s in pairs(base) do
     local link = redis.call('HGET', R_LINKS, id)
-    local p = link and string.match(link, '^(%d+),')
+    local p = link and string.match(link, '^(%d+)|')
     if p then
       if beta > 0 then score[p] = (score[p] or 0) + beta * s end
       if alpha > 0 and base[p] then score[id] = score[id] + alpha * base[p] end
@@ -113,17 +113,15 @@ local function better(a, b)
 end
 table.sort(ranked, better)
 
--- The speaker boost re-scores the head of the ranking only (it needs each
--- doc's record): enough of it that the final top `limit` is the same.
+-- The speaker boost re-scores the head of the ranking only (it reads each
+-- doc's link record): enough of it that the final top `limit` rarely differs.
 local walked = 0
 if boost > 0 then
   local head = math.min(#ranked, math.max(10 * limit, 300))
-  local records = {}
   for i = 1, head do
     local id = ranked[i]
-    local record = redis.call('HGET', R_DOCS, id)
-    records[id] = record
-    local names = record and string.match(record, '^[^|]*|([^|]*)|') or ''
+    local link = redis.call('HGET', R_LINKS, id)
+    local names = link and string.match(link, '|(.*)$') or ''
     for name in string.gmatch(names, '%S+') do
       if qterms[name] then score[id] = score[id] * (1 + boost) break end
     end
