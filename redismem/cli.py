@@ -160,7 +160,8 @@ async def _stats(args: argparse.Namespace) -> int:
         workers += f" (stale: {', '.join(stale)})" if stale else ""
     print(f"namespace {memory.layout.namespace}  queue {queue_name}")
     rows = [
-        ("summarization jobs run", counters.get("jobs", 0)),
+        ("session jobs run (index, summarize)", counters.get("jobs", 0)),
+        ("messages indexed for recall", counters.get("messages_indexed", 0)),
         ("summaries committed", counters.get("summaries", 0)),
         ("messages summarized", counters.get("messages_summarized", 0)),
         ("stale commits (lost CAS)", counters.get("stale_commits", 0)),

@@ -83,21 +83,25 @@ for term, qw in pairs(qterms) do
     local w = qw * math.log(1 + (n - df + 0.5) / (df + 0.5))
     local postings = redis.call('ZREVRANGE', key, 0, max_postings - 1, 'WITHSCORES')
     for i = 1, #postings, 2 do
-      local id = postings[i]
+      local id = tonumber(postings[i])
       base[id] = (base[id] or 0) + w * tonumber(postings[i + 1])
     end
   end
 end
 
 -- Neighbour smoothing: score(d) = base(d) + alpha * base(prev d) + beta *
--- base(next d). Pushed from each scored doc to its neighbours, so only the
--- scored docs' links are read (a previous doc may join the candidates).
-local score = {}
+-- base(next d), pushed from each scored doc to its previous one, so only the
+-- scored docs' link records are read (a previous doc may join the
+-- candidates). The same reads give the speakers' names for the boost.
+local score, names = {}, {}
 for id, s in pairs(base) do score[id] = s end
-if alpha > 0 or beta > 0 then
+if alpha > 0 or beta > 0 or boost > 0 then
   for id, s in pairs(base) do
     local link = redis.call('HGET', R_LINKS, id)
-    local p = link and string.match(link, '^(%d+)|')
+    local p, speaker = '', ''
+    if link then p, speaker = string.match(link, '^(%d*)|(.*)$') end
+    names[id] = speaker or ''
+    p = tonumber(p)
     if p then
       if beta > 0 then score[p] = (score[p] or 0) + beta * s end
       if alpha > 0 and base[p] then score[id] = score[id] + alpha * base[p] end
@@ -106,23 +110,27 @@ if alpha > 0 or beta > 0 then
 end
 
 local ranked = {}
-for id, s in pairs(score) do ranked[#ranked + 1] = id end
+for id in pairs(score) do ranked[#ranked + 1] = id end
 local function better(a, b)
-  if score[a] ~= score[b] then return score[a] > score[b] end
-  return tonumber(a) > tonumber(b)
+  local sa, sb = score[a], score[b]
+  if sa ~= sb then return sa > sb end
+  return a > b
 end
 table.sort(ranked, better)
 
--- The speaker boost re-scores the head of the ranking only (it reads each
--- doc's link record): enough of it that the final top `limit` rarely differs.
+-- The speaker boost re-scores the head of the ranking only: enough of it
+-- that the final top `limit` rarely differs.
 local walked = 0
 if boost > 0 then
   local head = math.min(#ranked, math.max(10 * limit, 300))
   for i = 1, head do
     local id = ranked[i]
-    local link = redis.call('HGET', R_LINKS, id)
-    local names = link and string.match(link, '|(.*)$') or ''
-    for name in string.gmatch(names, '%S+') do
+    local speaker = names[id]
+    if speaker == nil then
+      local link = redis.call('HGET', R_LINKS, id)
+      speaker = link and string.match(link, '|(.*)$') or ''
+    end
+    for name in string.gmatch(speaker, '%S+') do
       if qterms[name] then score[id] = score[id] * (1 + boost) break end
     end
   end
@@ -139,7 +147,7 @@ for i = 1, #ranked do
   if walked > MAX_WALK then break end
   local record = accepted(id)
   if record then
-    out[#out + 1] = id
+    out[#out + 1] = tostring(id)
     out[#out + 1] = tostring(score[id])
     out[#out + 1] = record
     if #out >= 3 * limit then break end
