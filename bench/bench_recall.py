@@ -46,11 +46,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import platform
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -62,18 +60,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, Turn, load
 from _util import Table, conversation, median, package_version, percentile, throughput
 
 from redismem import Memory
 from redismem.analysis import STOP_WORDS
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo"
+
 NAMESPACE = "benchrecall"
 QUEUE = "redismem/bench-recall"
 WORKERS = 2
-KS = (5, 10, 20)
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 FILL_DELAY = 0.05  # quiet period of the jobs while filling (not measured)
 
 Log = Callable[[str], None]
@@ -218,66 +215,14 @@ async def flushed(mem: Memory, background: Background, within: float, **kwargs: 
 # -- (a) LoCoMo ---------------------------------------------------------------------
 
 
-@dataclass
-class Turn:
-    session: int
-    dia_id: str
-    message: dict[str, Any]
-
-
-@dataclass
-class Question:
-    text: str
-    category: int
-    evidence: frozenset[str]
-
-
-@dataclass
-class Conversation:
-    sample: str
-    turns: list[Turn]
-    questions: list[Question]
-
-
-def load_locomo(path: Path) -> list[Conversation]:
-    convs = []
-    for file in sorted(path.glob("*.json")):
-        raw = json.loads(file.read_text())
-        speaker_a = raw["speaker_a"]
-        sessions = sorted(
-            int(m.group(1)) for key in raw if (m := re.fullmatch(r"session_(\d+)", key))
-        )
-        turns = []
-        for n in sessions:
-            for t in raw[f"session_{n}"] or []:
-                content = str(t["text"])
-                if t.get("blip_caption"):
-                    content += f" [shares: {t['blip_caption']}]"
-                turns.append(
-                    Turn(
-                        n,
-                        str(t["dia_id"]),
-                        {
-                            "role": "user" if t["speaker"] == speaker_a else "assistant",
-                            "name": str(t["speaker"]),
-                            "content": content,
-                            "metadata": {"dia_id": str(t["dia_id"])},
-                        },
-                    )
-                )
-        questions = [
-            Question(
-                str(q["question"]),
-                int(q["category"]),
-                frozenset(
-                    e.strip() for ev in q["evidence"] for e in re.split(r"[;,]", ev) if e.strip()
-                ),
-            )
-            for q in raw["qa"]
-            if int(q.get("category", 0)) in CATEGORIES and q.get("evidence")
-        ]
-        convs.append(Conversation(file.stem, turns, questions))
-    return convs
+def _message(turn: Turn) -> dict[str, Any]:
+    """A LoCoMo turn as an agent writes it: its dia_id in the metadata."""
+    return {
+        "role": turn.role,
+        "name": turn.name,
+        "content": turn.content,
+        "metadata": {"dia_id": turn.dia_id},
+    }
 
 
 @dataclass
@@ -290,7 +235,7 @@ class LocomoResult:
 async def locomo(mem: Memory, background: Background, data: Path, log: Log) -> LocomoResult | str:
     if not data.is_dir() or not any(data.glob("*.json")):  # noqa: ASYNC240 - before timing
         return f"skipped: no LoCoMo data at {data} (pass --data DIR)"
-    convs = load_locomo(data)
+    convs = load(data)
     log(f"LoCoMo: writing {sum(len(c.turns) for c in convs)} turns of {len(convs)} conversations")
 
     async def write_conv(conv: Conversation) -> None:
@@ -301,7 +246,7 @@ async def locomo(mem: Memory, background: Background, data: Path, log: Log) -> L
         async def one_session(n: int, turns: list[Turn]) -> None:
             for turn in turns:  # one write per turn, in order
                 await mem.write(
-                    [turn.message], session_id=f"session_{n}", user_id=f"locomo-{conv.sample}"
+                    [_message(turn)], session_id=f"session_{n}", user_id=f"locomo-{conv.sample}"
                 )
 
         await asyncio.gather(*(one_session(n, t) for n, t in by_session.items()))
