@@ -80,7 +80,7 @@ def terms(text: str) -> list[str]:
             tok = _number(tok)
         elif _ASCII_WORD_RE.match(tok):
             tok = stem(tok)
-        if tok:
+        if tok and tok not in STOP_WORDS:  # a stem may be one too: "ase" -> "as"
             out.append(tok)
     return out
 
