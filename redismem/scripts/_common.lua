@@ -143,20 +143,21 @@ end
 -- batch size. `settings` is "keep_recent,batch,compact" ("" = summarization
 -- off), kept in meta as `sumcfg` ("-" when off) so a job enqueued by the
 -- reconcile sweep knows them; `wm` is the summary watermark. Returns the
--- pending-since time when this call newly marked it, else 0.
+-- pending-since time when this call newly marked it (else 0), and whether
+-- the session is marked now (nil when this call did not look).
 local function mark_pending(seq, len, wm, settings, index, now, sid)
   local due = index
   if not due and settings ~= '' then
     local keep_recent, batch = string.match(settings, '^(%d+),(%d+),')
     due = unsummarized_backlog(seq, len, wm, tonumber(keep_recent)) >= tonumber(batch)
   end
-  if not due then return 0 end
+  if not due then return 0, nil end
   if redis.call('ZADD', KEYS[9], 'NX', now, sid) == 1 then
     if settings == '' then settings = '-' end
     redis.call('HSET', KEYS[2], 'sumcfg', settings)
-    return now
+    return now, 1
   end
-  return 0
+  return 0, 1
 end
 
 -- Count the messages a trim drops before they were indexed (meta

@@ -90,7 +90,8 @@ if max_messages > 0 and len > max_messages then
   redis.call('HINCRBY', KEYS[2], 'trimmed', trimmed)
 end
 if recall_ttl ~= '' and meta[8] ~= recall_ttl then redis.call('HSET', KEYS[2], 'rttl', recall_ttl) end
-local pending_since = mark_pending(last, len, tonumber(meta[6]), ARGV[6], recall_ttl ~= '', now, sid)
+local pending_since, pending = mark_pending(last, len, tonumber(meta[6]), ARGV[6],
+  recall_ttl ~= '', now, sid)
 
 if touching then
   touch_session(ttl, now, sid, nil)
@@ -99,6 +100,5 @@ else
   if ntags > 0 and meta[5] ~= 'inf' then redis.call('PEXPIREAT', KEYS[4], tonumber(meta[5])) end
   if indexed > 0 or pending_since > 0 then fit_user_ttl() end
 end
-local pending = 1
-if pending_since == 0 then pending = pending_now() end
+if pending == nil then pending = pending_now() end
 return {first, now, len, trimmed, pending_since, pending, 0}
