@@ -60,7 +60,8 @@ _WORD_TEXT = (
     "please thanks sure here are two three options first second next then also however "
     "because should would could must might available confirmed pending failed updated"
 )
-_WORDS = tuple(_WORD_TEXT.split())
+#: Words of agent conversations, common and domain ones.
+WORDS = tuple(_WORD_TEXT.split())
 
 _TOOLS = ("search_flights", "get_weather", "lookup_order", "run_sql", "send_email")
 
@@ -70,7 +71,7 @@ def _text(rng: random.Random, lo: int = 100, hi: int = 600) -> str:
     words: list[str] = []
     size = 0
     while size < target:
-        word = rng.choice(_WORDS)
+        word = rng.choice(WORDS)
         words.append(word)
         size += len(word) + 1
     text = " ".join(words)[:target].rstrip()

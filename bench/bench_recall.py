@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, Turn, load
-from _util import Table, conversation, median, package_version, percentile, throughput
+from _util import WORDS, Table, conversation, median, package_version, percentile, throughput
 
 from redismem import Memory
 from redismem.analysis import STOP_WORDS
@@ -272,22 +272,13 @@ def recall_at(positions: Sequence[int], k: int) -> float:
 
 # -- (b) latency ---------------------------------------------------------------------
 
-_BASE = (  # noqa: SIM905 - a text, as in _util
-    "the a to of and in for on with is it that this we you can will be as at by from "
-    "agent tool memory session user context token model prompt reply plan step result "
-    "flight hotel booking price date city weather forecast order invoice customer ticket "
-    "refund account password email report summary table chart query database index cache "
-    "error retry timeout request response latency deploy service cluster node replica "
-    "please thanks sure here are two three options first second next then also however "
-    "because should would could must might available confirmed pending failed updated"
-).split()
 _SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 
 
 def vocabulary(size: int, rng: random.Random) -> list[str]:
     """``size`` words: real English first (the frequent ones), then made-up
     words of 2-4 syllables; rank order = Zipf rank."""
-    words = list(dict.fromkeys(_BASE))
+    words = list(dict.fromkeys(WORDS))
     seen = set(words)
     while len(words) < size:
         word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))

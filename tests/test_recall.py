@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import assistant, keys_matching, snapshot, tool_result, user
+from helpers import assistant, key_values, keys_matching, snapshot, tool_result, user
 from worker_support import WorkerPool, wait_ready, worker_env
 
 import redismem
@@ -145,24 +145,6 @@ def contents(hits: Iterable[Any]) -> list[str]:
 async def recall_keys(raw: Any, pattern: str) -> list[bytes]:
     """The recall index keys (``:r:``) among the keys matching ``pattern``."""
     return [k for k in await keys_matching(raw, pattern) if b":r:" in k]
-
-
-async def dump_values(raw: Any, key: bytes) -> list[bytes]:
-    """Every byte string a key holds (members, fields, values, items)."""
-    kind = (await raw.type(key)).decode()
-    if kind == "string":
-        return [await raw.get(key)]
-    if kind == "hash":
-        return [b for pair in (await raw.hgetall(key)).items() for b in pair]
-    if kind == "zset":
-        return list(await raw.zrange(key, 0, -1))
-    if kind == "set":
-        return list(await raw.smembers(key))
-    if kind == "list":
-        return list(await raw.lrange(key, 0, -1))
-    if kind == "none":
-        return []
-    return [await raw.dump(key) or b""]
 
 
 async def element_count(raw: Any, keys: Iterable[bytes]) -> int:
@@ -724,7 +706,7 @@ async def assert_no_trace(raw: Any, pattern: str, words: Iterable[bytes]) -> Non
     words = list(words)
     for key in await recall_keys(raw, pattern):
         assert not any(w in key for w in words), key
-        for value in await dump_values(raw, key):
+        for value in await key_values(raw, key):
             assert not any(w in value for w in words), (key, value[:200])
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import keys_matching, user
+from helpers import key_values, keys_matching, user
 from worker_support import WorkerPool, WorkerProcess, eventually, wait_ready, worker_env
 
 from redismem import Memory
@@ -301,25 +301,9 @@ async def test_clear_racing_the_indexer_leaves_nothing_of_the_session(
     for key in await keys_matching(raw, memory.layout.user_pattern("default")):
         if b":r:" in key:
             assert b"tok0x" not in key, key
-            for value in await values_of(raw, key):
+            for value in await key_values(raw, key):
                 assert b"tok0x" not in value, (key, value[:200])
     await assert_exactly_once(memory, {t: v for t, v in expected.items() if v[0] != "sess0"})
-
-
-async def values_of(raw: Any, key: bytes) -> list[bytes]:
-    """Every byte string a key holds (fields and values, members, items)."""
-    kind = (await raw.type(key)).decode()
-    if kind == "string":
-        return [await raw.get(key) or b""]
-    if kind == "hash":
-        return [b for pair in (await raw.hgetall(key)).items() for b in pair]
-    if kind == "zset":
-        return list(await raw.zrange(key, 0, -1))
-    if kind == "set":
-        return list(await raw.smembers(key))
-    if kind == "list":
-        return list(await raw.lrange(key, 0, -1))
-    return []
 
 
 async def test_writes_keep_flowing_while_the_only_worker_is_restarted(

@@ -70,3 +70,19 @@ def redismem_command() -> list[str]:
         return [str(script)]
     found = shutil.which("redismem")
     return [found] if found else [sys.executable, "-m", "redismem"]
+
+
+async def key_values(raw: Any, key: bytes) -> list[bytes]:
+    """Every byte string a key holds (fields and values, members, items)."""
+    kind = (await raw.type(key)).decode()
+    if kind == "string":
+        return [await raw.get(key) or b""]
+    if kind == "hash":
+        return [b for pair in (await raw.hgetall(key)).items() for b in pair]
+    if kind == "zset":
+        return list(await raw.zrange(key, 0, -1))
+    if kind == "list":
+        return list(await raw.lrange(key, 0, -1))
+    if kind == "set":
+        return list(await raw.smembers(key))
+    return []
