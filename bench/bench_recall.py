@@ -116,9 +116,10 @@ class Background:
     """Two workers on the namespace: processes on a Redis server, or
     ``InProcessWorker`` tasks on the embedded backend."""
 
-    def __init__(self, url: str, count: int = WORKERS) -> None:
+    def __init__(self, url: str, count: int = WORKERS, embedder: str | None = None) -> None:
         self.url = url
         self.count = count
+        self.embedder = embedder
         self.processes: list[asyncio.subprocess.Process] = []
         self.in_process: list[Any] = []
         self.logdir = tempfile.TemporaryDirectory(prefix="bench-recall-workers-")
@@ -129,15 +130,19 @@ class Background:
 
     async def start(self, probe: Memory) -> None:
         if self.embedded:
+            from redismem.config import WorkerConfig
             from redismem.summarizers import TruncationSummarizer
             from redismem.workers.inprocess import InProcessWorker
 
             for _ in range(self.count):
                 worker = InProcessWorker(
-                    self.url,
-                    summarizer=TruncationSummarizer(),
-                    namespaces=[NAMESPACE],
-                    queue_name=QUEUE,
+                    config=WorkerConfig(
+                        url=self.url,
+                        summarizer=TruncationSummarizer(),
+                        namespaces=(NAMESPACE,),
+                        queue_name=QUEUE,
+                        embedder=self.embedder,
+                    )
                 )
                 await worker.start()
                 self.in_process.append(worker)
@@ -150,6 +155,8 @@ class Background:
             REDISMEM_QUEUE_NAME=QUEUE,
             REDISMEM_SUMMARIZER="truncate",
         )
+        if self.embedder:
+            env["REDISMEM_EMBEDDER"] = self.embedder
         for i in range(self.count):
             log = open(Path(self.logdir.name) / f"worker{i}.log", "wb")  # noqa: SIM115, ASYNC230
             self.processes.append(
@@ -537,18 +544,25 @@ class Results:
 
 
 async def bench(
-    url: str, plan: Plan, data: Path, lag_delay: float, log: Log, *, cleanup: bool = False
+    url: str,
+    plan: Plan,
+    data: Path,
+    lag_delay: float,
+    log: Log,
+    *,
+    cleanup: bool = False,
+    embedder: str | None = None,
 ) -> Results:
     res = Results()
     mem = await Memory.connect(
-        url, namespace=NAMESPACE, queue_name=QUEUE, summarize_delay=FILL_DELAY
+        url, namespace=NAMESPACE, queue_name=QUEUE, summarize_delay=FILL_DELAY, embedder=embedder
     )
     lag_mem = await Memory.connect(
         url, namespace=NAMESPACE, queue_name=QUEUE, summarize_delay=lag_delay
     )
     on = await Memory.connect(url, namespace=NAMESPACE, queue_name=QUEUE)
     off = await Memory.connect(url, namespace=NAMESPACE, queue_name=QUEUE, index=False)
-    background = Background(url)
+    background = Background(url, embedder=embedder)
     try:
         if not background.embedded:
             res.redis_version = (await mem.redis.info("server")).get("redis_version", "?")
@@ -741,6 +755,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
     parser.add_argument(
+        "--embedder",
+        choices=("hashing", "minilm"),
+        help="workers store vectors (REDISMEM_EMBEDDER) and the LoCoMo and latency searches "
+        "fuse keyword and vector ranks",
+    )
+    parser.add_argument(
         "--lag-delay",
         type=float,
         default=1.0,
@@ -755,17 +775,31 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.embedded:
         url, where = f"memory://bench-recall-{uuid.uuid4().hex[:8]}", "embedded backend"
-        res = asyncio.run(bench(url, plan, args.data, args.lag_delay, log))
+        res = asyncio.run(bench(url, plan, args.data, args.lag_delay, log, embedder=args.embedder))
     elif args.url:
-        res = asyncio.run(bench(args.url, plan, args.data, args.lag_delay, log, cleanup=True))
+        res = asyncio.run(
+            bench(
+                args.url,
+                plan,
+                args.data,
+                args.lag_delay,
+                log,
+                cleanup=True,
+                embedder=args.embedder,
+            )
+        )
         where = "given by --url"
     else:
         from _util import throwaway_redis
 
         with throwaway_redis() as url:
             log(f"started throwaway redis-server at {url}")
-            res = asyncio.run(bench(url, plan, args.data, args.lag_delay, log))
+            res = asyncio.run(
+                bench(url, plan, args.data, args.lag_delay, log, embedder=args.embedder)
+            )
         where = "throwaway redis-server on loopback"
+    if args.embedder:
+        where += f"; embedder {args.embedder} (searches fuse keyword and vector ranks)"
     print(report(res, plan, where))
     log("done")
     return 0  # a benchmark: missed goals are reported, not an error

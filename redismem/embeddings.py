@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import itertools
 import math
+import operator
 import struct
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -125,6 +126,8 @@ def cosine(query: Sequence[float], stored: bytes) -> float:
     if len(stored) != len(query):
         return 0.0
     values = struct.unpack(f"{len(stored)}b", stored)
-    dot = sum(q * v for q, v in zip(query, values, strict=True))
-    norms = math.sqrt(sum(q * q for q in query)) * math.sqrt(sum(v * v for v in values))
+    dot = sum(map(operator.mul, query, values))
+    norms = math.sqrt(sum(map(operator.mul, query, query))) * math.sqrt(
+        sum(map(operator.mul, values, values))
+    )
     return dot / norms if norms else 0.0

@@ -203,10 +203,36 @@ def _doc(
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    hit: Hit
+    """A doc the search script returned, its message decoded only for hits."""
+
+    session_id: str
+    seq: int
+    created_ms: int
+    agent: str | None
+    tags: dict[str, str]
+    element: bytes
+    score: float | None
     #: The doc's vector and its model id, when the workers embedded it.
     model: str | None
     vector: bytes | None
+    key: str
+
+    @property
+    def ident(self) -> tuple[str, int]:
+        return self.session_id, self.seq
+
+    def hit(self, score: float | None) -> Hit:
+        [message] = codec.decode_messages(
+            [self.element], self.seq, [(self.seq, self.created_ms)], self.key
+        )
+        return Hit(
+            message=message,
+            session_id=self.session_id,
+            tags=self.tags or {},
+            agent_name=self.agent,
+            created_at=message.created_at,
+            score=score,
+        )
 
 
 def _decode_doc(record: bytes, score: Any, key: str) -> _Found:
@@ -222,16 +248,8 @@ def _decode_doc(record: bytes, score: Any, key: str) -> _Found:
         created_ms = int(created_text)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"recall doc: {exc}") from exc
-    [message] = codec.decode_messages([element], seq, [(seq, created_ms)], key)
-    hit = Hit(
-        message=message,
-        session_id=session_id,
-        tags=tags or {},
-        agent_name=agent,
-        created_at=message.created_at,
-        score=None if score is None else float(score),
-    )
-    return _Found(hit, model, vector)
+    value = None if score is None else float(score)
+    return _Found(session_id, seq, created_ms, agent, tags, element, value, model, vector, key)
 
 
 def _ms(value: object, what: str) -> int | None:
@@ -301,7 +319,7 @@ async def search(
     embedder = memory.config.embedder_object
     if embedder is None or not qterms:
         found = await _run_search(memory, recall, common, qterms, limit, min_score)
-        return [f.hit for f in found]
+        return [f.hit(f.score) for f in found]
     return await _fused(memory, recall, common, query or "", qterms, embedder, limit, min_score)
 
 
@@ -371,17 +389,19 @@ async def _fused(
     except EmbedderError as exc:
         logger.warning("recall: %s; keyword ranking only", exc)
         return [
-            f.hit for f in keyword[:limit] if min_score is None or (f.hit.score or 0) >= min_score
+            f.hit(f.score)
+            for f in keyword[:limit]
+            if min_score is None or (f.score or 0.0) >= min_score
         ]
     recent = await _run_search(memory, recall, filters, {}, _FUSED_RECENT, None)
     model, vector = query_vector
     query_values = list(struct.unpack(f"{len(vector)}b", vector))
-    candidates: dict[tuple[str, str | None], _Found] = {}
+    candidates: dict[tuple[str, int], _Found] = {}
     for found in [*keyword, *recent]:
-        candidates.setdefault((found.hit.session_id, found.hit.message.id), found)
+        candidates.setdefault(found.ident, found)
     by_vector = [
-        (cosine(query_values, f.vector), key)
-        for key, f in candidates.items()
+        (cosine(query_values, f.vector), ident)
+        for ident, f in candidates.items()
         if f.model == model and f.vector is not None
     ]
     if candidates and not by_vector:
@@ -390,20 +410,19 @@ async def _fused(
             "differs or is unset): keyword ranking only",
             model,
         )
-    fused: dict[tuple[str, str | None], float] = {}
+    fused: dict[tuple[str, int], float] = {}
     for rank, found in enumerate(keyword):
-        key = (found.hit.session_id, found.hit.message.id)
-        fused[key] = fused.get(key, 0.0) + 1.0 / (_RRF_K + rank + 1)
+        fused[found.ident] = fused.get(found.ident, 0.0) + 1.0 / (_RRF_K + rank + 1)
     by_vector.sort(key=lambda e: e[0], reverse=True)
-    for rank, (similarity, key) in enumerate(by_vector):
+    for rank, (similarity, ident) in enumerate(by_vector):
         if similarity > 0:
-            fused[key] = fused.get(key, 0.0) + 1.0 / (_RRF_K + rank + 1)
+            fused[ident] = fused.get(ident, 0.0) + 1.0 / (_RRF_K + rank + 1)
     ranked = sorted(fused.items(), key=lambda e: e[1], reverse=True)
     hits = []
-    for key, score in ranked:
+    for ident, score in ranked:
         if min_score is not None and score < min_score:
             break
-        hits.append(candidates[key].hit.model_copy(update={"score": score}))
+        hits.append(candidates[ident].hit(score))
         if len(hits) == limit:
             break
     return hits
