@@ -344,3 +344,36 @@ async def test_writes_keep_flowing_while_the_only_worker_is_restarted(
     assert time.monotonic() - started < FLUSH_TIMEOUT
     assert len(expected) > 100
     await assert_exactly_once(memory, expected)
+
+
+async def test_index_commits_under_a_client_kill_storm_are_applied_once(
+    redis_server_factory, raw_factory, memory_factory, namespace, queue_name, workers
+):
+    """redis-py re-sends a command whose connection was reset: a re-sent index
+    commit must find its watermark moved and add nothing."""
+    server = redis_server_factory()
+    raw = await raw_factory(server.url)
+    memory = await memory_factory(
+        server.url, queue_name=queue_name, summarize_delay=DELAY, socket_timeout=1.0, retries=20
+    )
+    expected = await write_backlog(memory, 12, 120, batch=10)
+    await start(workers, raw, env_of(server.url, namespace, queue_name), "storm")
+    killer = await raw_factory(server.url)
+    stop = asyncio.Event()
+    kills = 0
+
+    async def kill_connections() -> None:
+        nonlocal kills
+        while not stop.is_set():
+            kills += await killer.execute_command("CLIENT", "KILL", "TYPE", "normal")
+            await asyncio.sleep(0.03)
+
+    storm = asyncio.create_task(kill_connections())
+    try:
+        await asyncio.sleep(3.0)
+    finally:
+        stop.set()
+        await storm
+    assert kills > 10
+    await settle(memory, workers)
+    await assert_exactly_once(memory, expected)

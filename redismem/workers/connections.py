@@ -4,6 +4,12 @@ The worker's arq pool retries connection errors and timeouts with capped
 exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
 Redis restart or failover only pauses the worker; past that it gives up (and
 its supervisor restarts it). Refused credentials are never retried.
+
+One reset cannot be retried: a connection lost while arq watches a job's
+in-progress key (redis-py raises ``WatchError`` then, the watch being gone),
+which arq 0.28 does not catch, so the worker would exit. Importing this
+module wraps arq's ``Worker.start_jobs`` to give the job's slot back instead;
+the job stays queued and the next poll starts it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import arq.worker
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from arq.connections import ArqRedis, RedisSettings
@@ -72,6 +79,25 @@ class OutageRetry(Retry):
             if failures:
                 logger.info("Redis is back after %d failed tries", failures)
             return result
+
+
+_arq_start_jobs = arq.worker.Worker.start_jobs
+
+
+async def _start_jobs_riding_out_resets(self: arq.worker.Worker, job_ids: list[bytes]) -> None:
+    try:
+        await _arq_start_jobs(self, job_ids)
+    except rexc.WatchError:
+        # Lost while arq held a slot for the job it was checking (semaphore
+        # and counter taken, job not started): give the slot back. The job,
+        # and the ones after it, stay queued for the next poll.
+        logger.warning("connection lost while starting a job; it stays queued for the next poll")
+        self.job_counter -= 1
+        self.sem.release()
+
+
+if getattr(arq.worker.Worker.start_jobs, "__name__", "") != _start_jobs_riding_out_resets.__name__:
+    arq.worker.Worker.start_jobs = _start_jobs_riding_out_resets  # type: ignore[method-assign]
 
 
 def redis_settings(url: str) -> RedisSettings:
