@@ -34,7 +34,7 @@ from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
 from .checks import new_write_id
 from .config import MemoryConfig
-from .connection import describe_url, open_redis
+from .connection import describe_url, open_redis, scan_once
 from .counting import message_tokens
 from .errors import ClientClosed, CorruptData, InvalidInput, RedisMemError, StoreUnavailable
 from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
@@ -67,8 +67,6 @@ __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_SCAN_BATCH = 500
 
 
 def _matches(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
@@ -810,7 +808,7 @@ class Memory:
         cursor = 0
         while True:
             cursor, batch = await self.call(
-                functools.partial(_scan_once, cursor=cursor, pattern=pattern)
+                functools.partial(scan_once, cursor=cursor, pattern=pattern)
             )
             yield batch
             if int(cursor) == 0:
@@ -869,11 +867,6 @@ class Memory:
         work queue's keys lie outside every namespace)."""
         self._check_open()
         return await self._clear_keys(self.layout.namespace_pattern())
-
-
-async def _scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
-    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=_SCAN_BATCH)
-    return result
 
 
 async def _unlink(redis: Any, *, keys: list[bytes]) -> int:

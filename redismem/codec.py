@@ -28,6 +28,7 @@ from .errors import CorruptData, InvalidInput
 from .models import ROLES, Message, ToolCall, stored_message, stored_tool_call
 
 __all__ = [
+    "ROLE_CODE",
     "SCHEMA_VERSION",
     "DecodedEntry",
     "decode_entry",
@@ -40,7 +41,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-_ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
+#: The stored code of each role.
+ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
 _ID_WIDTH = 12
 
 
@@ -66,7 +68,7 @@ def _pack(obj: Any) -> bytes:
 def encode_message(message: Message, token_count: int) -> bytes:
     fields: list[Any] = [
         SCHEMA_VERSION,
-        _ROLE_CODE[message.role],
+        ROLE_CODE[message.role],
         message.content,
         message.name,
         [[c.id, c.name, c.arguments] for c in message.tool_calls] or None,

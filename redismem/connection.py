@@ -40,7 +40,15 @@ from .errors import (
     StoreUnavailable,
 )
 
-__all__ = ["CallPolicy", "describe_url", "map_error", "open_redis", "redis_errors"]
+__all__ = [
+    "SCAN_BATCH",
+    "CallPolicy",
+    "describe_url",
+    "map_error",
+    "open_redis",
+    "redis_errors",
+    "scan_once",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +218,13 @@ class CallPolicy:
                     raise error from exc
                 logger.debug("attempt %d failed, retrying: %s", failures, error)
             await asyncio.sleep(self.backoff(failures))
+
+
+#: Keys asked for per SCAN call.
+SCAN_BATCH = 500
+
+
+async def scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
+    """One ``SCAN`` step (never ``KEYS``): the next cursor and a batch of keys."""
+    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=SCAN_BATCH)
+    return result

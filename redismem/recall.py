@@ -38,6 +38,8 @@ import msgpack
 from . import codec, ranking
 from .analysis import terms
 from .checks import check_tags
+from .codec import ROLE_CODE
+from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
 from .errors import CorruptData, EmbedderError, InvalidInput
 from .keys import (
@@ -69,7 +71,6 @@ logger = logging.getLogger(__name__)
 INDEX_BATCH = 200
 #: Version of the doc payload.
 _DOC_VERSION = 1
-_ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
 #: Docs forgotten per script call when a session is cleared.
 _FORGET_BATCH = 500
 MAX_LIMIT = 1000
@@ -77,7 +78,8 @@ MAX_LIMIT = 1000
 
 @dataclass(frozen=True, slots=True)
 class IndexOutcome:
-    status: Literal["indexed", "idle", "stale", "gone"]
+    #: "timeout" only from a caller that stopped for want of time.
+    status: Literal["indexed", "idle", "stale", "gone", "timeout"]
     indexed: int = 0
     #: The session's write sequence and incarnation the pass read.
     seq: int = 0
@@ -193,7 +195,7 @@ def _doc(
         use_bin_type=True,
     )
     names = " ".join(sorted(set(terms(message.name)))) if message.name else ""
-    record = f"{_ROLE_CODE[message.role]}|{names}|".encode() + payload
+    record = f"{ROLE_CODE[message.role]}|{names}|".encode() + payload
     filters = [session_filter_suffix(session_id)]
     if entry.agent_name is not None:
         filters.append(agent_filter_suffix(entry.agent_name))
@@ -269,9 +271,9 @@ def _role_codes(roles: object) -> str:
         raise InvalidInput("roles must be a collection of role names, e.g. ['user']")
     codes = set()
     for role in roles:
-        if role not in _ROLE_CODE:
+        if role not in ROLE_CODE:
             raise InvalidInput(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-        codes.add(str(_ROLE_CODE[role]))
+        codes.add(str(ROLE_CODE[role]))
     if not codes:
         raise InvalidInput("roles must not be empty (None means any role)")
     return "".join(sorted(codes))
@@ -441,16 +443,11 @@ async def _scan_all(memory: Memory, pattern: str) -> list[bytes]:
     cursor = 0
     while True:
         cursor, batch = await memory.call(
-            functools.partial(_scan_once, cursor=cursor, pattern=pattern)
+            functools.partial(scan_once, cursor=cursor, pattern=pattern)
         )
         found += batch
         if int(cursor) == 0:
             return found
-
-
-async def _scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
-    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=1000)
-    return result
 
 
 async def _marked(redis: Any, *, key: bytes) -> list[bytes]:

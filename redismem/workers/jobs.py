@@ -190,7 +190,7 @@ async def _summarize(
         index = await _index_until_idle(
             memory, config.embedder_object, stats, progress, user_id, session_id, deadline
         )
-        if index.status == "stale":  # out of time: go on in a new job
+        if index.status == "timeout":  # out of time: go on in a new job
             await _continue_later(ctx, user_id, session_id, namespace, args)
             break
         if index.status == "gone":
@@ -244,7 +244,7 @@ async def _index_until_idle(
     deadline: float,
 ) -> IndexOutcome:
     """Index the session's unindexed messages: the last pass's outcome
-    ("idle" or "gone"), or "stale" when the job ran out of time first."""
+    ("idle" or "gone"), or "timeout" when the job ran out of time first."""
     while True:
         outcome = await index_pass(
             memory, user_id=user_id, session_id=session_id, embedder=embedder
@@ -255,7 +255,7 @@ async def _index_until_idle(
             progress.indexed += outcome.indexed
             await stats.incr(messages_indexed=outcome.indexed)
         if time.monotonic() > deadline:
-            return IndexOutcome("stale")
+            return IndexOutcome("timeout")
 
 
 async def _continue_later(
