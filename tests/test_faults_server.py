@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from helpers import user
+from helpers import client_kill_storm, user
 
 from redismem import Memory, StoreError, StoreFull, StoreUnavailable
 
@@ -54,25 +54,10 @@ async def test_writes_under_a_client_kill_storm_are_stored_exactly_once(
 ):
     server = redis_server_factory()
     mem = await memory_factory(server.url, socket_timeout=1.0, retries=20)
-    killer = aioredis.Redis.from_url(server.url)
-    stop = asyncio.Event()
-    kills = 0
-
-    async def kill_connections() -> None:
-        nonlocal kills
-        while not stop.is_set():
-            kills += await killer.execute_command("CLIENT", "KILL", "TYPE", "normal")
-            await asyncio.sleep(0.02)
-
-    storm = asyncio.create_task(kill_connections())
-    try:
+    async with client_kill_storm(server.url, every=0.02) as kills:
         written = await writers(mem, count=8, per_writer=250)
-    finally:
-        stop.set()
-        await storm
-        await killer.aclose()
     stored = await stored_contents(mem)
-    assert kills > 10
+    assert kills[0] > 10
     assert stored == Counter(written), {c: n for c, n in stored.items() if n != 1}
 
 

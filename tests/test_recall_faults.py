@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import key_values, keys_matching, user
+from helpers import client_kill_storm, key_values, keys_matching, user
 from worker_support import WorkerPool, WorkerProcess, eventually, wait_ready, worker_env
 
 from redismem import Memory
@@ -358,22 +358,8 @@ async def test_index_commits_under_a_client_kill_storm_are_applied_once(
     )
     expected = await write_backlog(memory, 12, 120, batch=10)
     await start(workers, raw, env_of(server.url, namespace, queue_name), "storm")
-    killer = await raw_factory(server.url)
-    stop = asyncio.Event()
-    kills = 0
-
-    async def kill_connections() -> None:
-        nonlocal kills
-        while not stop.is_set():
-            kills += await killer.execute_command("CLIENT", "KILL", "TYPE", "normal")
-            await asyncio.sleep(0.03)
-
-    storm = asyncio.create_task(kill_connections())
-    try:
+    async with client_kill_storm(server.url, every=0.03) as kills:
         await asyncio.sleep(3.0)
-    finally:
-        stop.set()
-        await storm
-    assert kills > 10
+    assert kills[0] > 10
     await settle(memory, workers)
     await assert_exactly_once(memory, expected)

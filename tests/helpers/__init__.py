@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import redis.asyncio as aioredis
 
 Snapshot = dict[bytes, tuple[bytes | None, bool]]
 
@@ -86,3 +91,25 @@ async def key_values(raw: Any, key: bytes) -> list[bytes]:
     if kind == "set":
         return list(await raw.smembers(key))
     return []
+
+
+@asynccontextmanager
+async def client_kill_storm(url: str, every: float) -> AsyncIterator[list[int]]:
+    """While inside: ``CLIENT KILL TYPE normal`` on the server every ``every``
+    seconds (every client but this one). Yields ``[kills so far]``."""
+    killer = aioredis.Redis.from_url(url)
+    stop = asyncio.Event()
+    kills = [0]
+
+    async def storm() -> None:
+        while not stop.is_set():
+            kills[0] += await killer.execute_command("CLIENT", "KILL", "TYPE", "normal")
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(storm())
+    try:
+        yield kills
+    finally:
+        stop.set()
+        await task
+        await killer.aclose()
