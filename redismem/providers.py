@@ -156,10 +156,12 @@ class _StoreProvider:
         user_id: str = "default",
         tags: Mapping[str, str] | None = None,
         agent_name: str | None = None,
+        write_id: str | None = None,
     ) -> MemoryEntry:
         """Append ``messages`` as one entry (system messages skipped unless stored).
 
         Returns the stored entry; its ``id`` is "" when nothing was stored.
+        ``write_id`` makes a retried call exactly once, as for ``Memory.write``.
         """
         outcome = await self._memory.write_entry(
             messages,
@@ -170,6 +172,7 @@ class _StoreProvider:
             summarize=self._summarize_settings(),
             enqueue=True,
             store_system=self._store_system,
+            write_id=write_id,
         )
         return outcome.entry
 
@@ -373,8 +376,10 @@ class SummarizingMemory(_StoreProvider):
         user_id: str = "default",
         tags: Mapping[str, str] | None = None,
         agent_name: str | None = None,
+        write_id: str | None = None,
     ) -> MemoryEntry:
-        """Append ``messages`` as one entry, then summarize inline when due."""
+        """Append ``messages`` as one entry, then summarize inline when due.
+        ``write_id`` makes a retried call exactly once, as for ``Memory.write``."""
         outcome = await self._memory.write_entry(
             messages,
             session_id=session_id,
@@ -384,6 +389,7 @@ class SummarizingMemory(_StoreProvider):
             summarize=self._summarize_settings(),
             enqueue=self._bounded is None,
             store_system=self._store_system,
+            write_id=write_id,
         )
         # Marked due newly by this write, or still (an earlier pass failed or
         # was cut short, maybe in another process): the write script says which.

@@ -641,3 +641,14 @@ def test_the_memory_types_page_runs() -> None:
     for number, code in enumerate(blocks):
         namespace: dict[str, Any] = {"__name__": f"memory_types_{number}"}
         exec(compile(code, f"{DOCS.name}[{number}]", "exec"), namespace)
+
+
+@pytest.mark.parametrize("kind", ["buffer", "summarizing"])
+async def test_provider_writes_with_a_write_id_are_exactly_once(make_memory, kind):
+    mem = await make_memory()
+    provider = BufferMemory(mem) if kind == "buffer" else SummarizingMemory(mem, recent_messages=4)
+    message = {"role": "user", "content": "book the evening flight"}
+    first = await provider.write([message], session_id="s", write_id="turn-7")
+    again = await provider.write([message], session_id="s", write_id="turn-7")
+    assert [m.id for m in again.messages] == [m.id for m in first.messages]
+    assert [m.content for m in await mem.read(session_id="s")] == ["book the evening flight"]
