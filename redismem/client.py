@@ -30,9 +30,9 @@ from pydantic import ValidationError
 
 from . import codec, recall
 from .checks import check_count as _check_count
+from .checks import check_optional_str, new_write_id
 from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
-from .checks import new_write_id
 from .config import MemoryConfig
 from .connection import describe_url, open_redis, scan_once
 from .counting import message_tokens
@@ -330,8 +330,7 @@ class Memory:
         sid, uid, keys = self._keys(session_id, user_id)
         wid = _check_write_id(write_id)
         tag_map = _check_tags(tags)
-        if agent_name is not None and not isinstance(agent_name, str):
-            raise InvalidInput(f"agent_name must be a str or None, not {type(agent_name).__name__}")
+        check_optional_str("agent_name", agent_name)
         incoming = self._normalize(messages)
         if not incoming:
             raise InvalidInput("messages must not be empty")

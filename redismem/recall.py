@@ -37,7 +37,7 @@ import msgpack
 
 from . import codec, ranking
 from .analysis import terms
-from .checks import check_tags
+from .checks import check_optional_str, check_tags
 from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
@@ -306,10 +306,9 @@ async def search(
     filters = []
     if session_id is not None:
         filters.append(session_filter_suffix(validate_id(session_id, "session_id")))
-    if agent_name is not None:
-        if not isinstance(agent_name, str):
-            raise InvalidInput(f"agent_name must be a str or None, not {type(agent_name).__name__}")
-        filters.append(agent_filter_suffix(agent_name))
+    agent = check_optional_str("agent_name", agent_name)
+    if agent is not None:
+        filters.append(agent_filter_suffix(agent))
     filters += [tag_filter_suffix(k, v) for k, v in check_tags(tags).items()]
     since_ms, until_ms = _ms(since, "since"), _ms(until, "until")
     role_codes = _role_codes(roles)

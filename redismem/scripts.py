@@ -145,8 +145,6 @@ class IndexRead:
     entries: list[bytes]
     #: The stored messages just before ``first_seq``, oldest first.
     context: list[bytes]
-    #: The session's last indexed doc (0 = none).
-    last_doc: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +389,7 @@ class SessionScripts:
 
     async def index_read(self, keys: SessionKeys, *, cap: int, context: int) -> IndexRead:
         """The session's messages after its index watermark (at most ``cap``)."""
-        seq, gen, iwm, rttl, first, messages, entries, before, last_doc = await self._call(
+        seq, gen, iwm, rttl, first, messages, entries, before = await self._call(
             "index_read", keys.script_keys(), [cap, context]
         )
         recall_ttl = None if rttl is None or rttl is False else int(rttl)
@@ -404,7 +402,6 @@ class SessionScripts:
             messages,
             entries,
             before,
-            int(last_doc),
         )
 
     async def index_commit(

@@ -6,7 +6,7 @@
 -- ARGV[2]     context: how many earlier messages to return too
 -- Returns {seq, gen, iwm, rttl or false, first_seq, {messages oldest first},
 --          {entry records covering them, newest first}, {context messages
---          oldest first}, ilast}; seq is 0 when the session does not exist,
+--          oldest first}}; seq is 0 when the session does not exist,
 --          first_seq 0 when every stored message is indexed. rttl is false
 --          when the session's writes are not indexed.
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
@@ -16,15 +16,14 @@ local len = redis.call('LLEN', KEYS[1])
 local meta = load_meta()
 local broken = integrity_error(meta, len)
 if broken then return broken end
-if meta == nil then return {0, '', 0, false, 0, {}, {}, {}, 0} end
+if meta == nil then return {0, '', 0, false, 0, {}, {}, {}} end
 local seq = tonumber(meta[1])
 local iwm = tonumber(meta[7])
-local more = redis.call('HMGET', KEYS[2], 'gen', 'ilast')
-local gen, ilast = more[1] or '', tonumber(more[2] or '0')
+local gen = redis.call('HGET', KEYS[2], 'gen') or ''
 local rttl = meta[8] or false
 local head = seq - len + 1
 local first = math.max(iwm + 1, head)
-if rttl == false or first > seq then return {seq, gen, iwm, rttl, 0, {}, {}, {}, ilast} end
+if rttl == false or first > seq then return {seq, gen, iwm, rttl, 0, {}, {}, {}} end
 local last = math.min(seq, first + cap - 1)
 local msgs = redis.call('LRANGE', KEYS[1], first - head, last - head)
 local before = {}
@@ -46,4 +45,4 @@ while true do
   stop = stop - step
   step = step * 2
 end
-return {seq, gen, iwm, rttl, first, msgs, covering, before, ilast}
+return {seq, gen, iwm, rttl, first, msgs, covering, before}
