@@ -5,11 +5,14 @@ exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
 Redis restart or failover only pauses the worker; past that it gives up (and
 its supervisor restarts it). Refused credentials are never retried.
 
-One reset cannot be retried: a connection lost while arq watches a job's
-in-progress key (redis-py raises ``WatchError`` then, the watch being gone),
-which arq 0.28 does not catch, so the worker would exit. Importing this
-module wraps arq's ``Worker.start_jobs`` to give the job's slot back instead;
-the job stays queued and the next poll starts it.
+Two resets are not retried by redis-py, and arq 0.28 lets them end the
+worker: a connection lost while arq watches a job's in-progress key
+(``WatchError``, the watch being gone), and one lost during a new
+connection's handshake inside a job's bookkeeping (``ConnectionError`` from
+the pool). Importing this module wraps arq's ``Worker.start_jobs`` (the job's
+slot is given back; the job stays queued and the next poll starts it) and
+``Worker.run_job`` (the job's in-progress key expires and arq runs it again;
+our jobs are idempotent).
 """
 
 from __future__ import annotations
@@ -96,8 +99,19 @@ async def _start_jobs_riding_out_resets(self: arq.worker.Worker, job_ids: list[b
         self.sem.release()
 
 
+_arq_run_job = arq.worker.Worker.run_job
+
+
+async def _run_job_riding_out_resets(self: arq.worker.Worker, job_id: str, score: int) -> None:
+    try:
+        await _arq_run_job(self, job_id, score)
+    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
+        logger.warning("connection lost around job %s (%s); arq runs it again later", job_id, exc)
+
+
 if getattr(arq.worker.Worker.start_jobs, "__name__", "") != _start_jobs_riding_out_resets.__name__:
     arq.worker.Worker.start_jobs = _start_jobs_riding_out_resets  # type: ignore[method-assign]
+    arq.worker.Worker.run_job = _run_job_riding_out_resets  # type: ignore[method-assign]
 
 
 def redis_settings(url: str) -> RedisSettings:
