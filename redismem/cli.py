@@ -284,6 +284,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     options = DemoOptions(
         url=args.url,
+        queue_url=args.queue_url,
         agents=args.agents,
         workers=args.workers,
         sessions=args.sessions,
@@ -340,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--url", help="Redis URL (default: $REDISMEM_URL, else a throwaway redis-server)"
+    )
+    demo.add_argument(
+        "--queue-url",
+        help="work queue Redis URL (default: $REDISMEM_QUEUE_URL, else the memory URL; "
+        "required when --url is a cluster)",
     )
     demo.add_argument("--agents", type=_positive(int), default=4, help="agent processes (4)")
     demo.add_argument("--workers", type=_positive(int), default=2, help="worker processes (2)")

@@ -55,6 +55,7 @@ from .queue import SummarizeArgs, SummaryQueue
 from .scripts import SessionScripts
 from .strategies import MemoryStrategy
 from .toolgroups import drop_orphan_tool_results
+from .transport import ClusterLinks, open_link
 
 if TYPE_CHECKING:
     from .agent_memory import AgentMemory, ManageResult
@@ -92,7 +93,19 @@ class Memory:
         self._config = config
         self._redis = redis
         self._policy = config.policy
-        self._scripts = SessionScripts(redis, self._policy)
+        self._link = open_link(config.url, redis, connect_timeout=config.connect_timeout)
+        if config.replica_acks and self._link is None:
+            raise InvalidInput(
+                "replica_acks needs a redis://, unix://, redis+sentinel:// or redis+cluster:// "
+                f"URL without TLS, not {describe_url(config.url)!r}"
+            )
+        self._scripts = SessionScripts(
+            redis,
+            self._policy,
+            self._link,
+            replica_acks=config.replica_acks,
+            replica_timeout_ms=round(config.replica_timeout * 1000),
+        )
         self._closed = False
         self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
@@ -136,6 +149,8 @@ class Memory:
         self._closed = True
         if self._queue is not None:
             await self._queue.aclose()
+        if self._link is not None:
+            await self._link.aclose()
         await self._redis.aclose()
 
     async def __aenter__(self) -> Self:
@@ -191,6 +206,31 @@ class Memory:
         self._check_open()
         redis = self._redis
         return await self._policy.run(lambda: operation(redis))
+
+    async def atomic(self, commands: Sequence[Sequence[Any]], *, key: str) -> list[Any]:
+        """Run ``commands`` in one MULTI under the call policy and return their
+        replies (bytes, ints, lists; a score may come back as bytes or, through
+        redis-py, a float: convert what you read). Every key
+        they name must share ``key``'s slot (one user's keys do); on a
+        cluster they run on that slot's master. Reads only: the call may be
+        attempted more than once."""
+        self._check_open()
+        link = self._link
+        if isinstance(link, ClusterLinks):
+            cluster = link
+            return await self._policy.run(lambda: cluster.transaction(commands, key=key))
+        if link is not None:
+            single = link
+            return await self._policy.run(lambda: single.transaction(commands))
+
+        async def multi(redis: Any) -> list[Any]:
+            pipe = redis.pipeline(transaction=True)
+            for command in commands:
+                pipe.execute_command(*command)
+            result: list[Any] = await pipe.execute()
+            return result
+
+        return await self.call(multi)
 
     async def ping(self) -> None:
         await self.call(lambda redis: redis.ping())
@@ -802,15 +842,16 @@ class Memory:
         await recall.forget_session(self, uid, sid)
         return removed
 
-    async def _scan(self, pattern: str) -> AsyncIterator[list[bytes]]:
-        """Batches of the keys matching ``pattern`` (SCAN, never KEYS)."""
-        cursor = 0
+    async def _scan(self, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
+        """Batches of the keys matching ``pattern`` (SCAN, never KEYS); with
+        ``key``, on a cluster only the node holding ``key``'s slot."""
+        cursor = "0"
         while True:
             cursor, batch = await self.call(
-                functools.partial(scan_once, cursor=cursor, pattern=pattern)
+                functools.partial(scan_once, cursor=cursor, pattern=pattern, key=key)
             )
             yield batch
-            if int(cursor) == 0:
+            if cursor == "0":
                 return
 
     async def _session_ids_in_index(self, user_id: str, kind: str, key: str) -> set[str]:
@@ -819,13 +860,13 @@ class Memory:
             return {m.decode("utf-8") for m in members}
         return {sid for m in members if (sid := _tag_member_session(m)) is not None}
 
-    async def _clear_keys(self, pattern: str) -> int:
+    async def _clear_keys(self, pattern: str, key: str | None = None) -> int:
         """Delete what SCAN finds under ``pattern``, a session at a time with
         the atomic clear script, so a writer racing the deletion finds each
         session either gone or whole, never half deleted. The user indexes go
         with their last session; keys of no session are unlinked."""
         removed = 0
-        for batch in [b async for b in self._scan(pattern)]:
+        for batch in [b async for b in self._scan(pattern, key)]:
             sessions: set[tuple[str, str]] = set()
             loose: list[bytes] = []
             for raw_key in batch:
@@ -859,7 +900,7 @@ class Memory:
         starts a new session); no session is left half deleted."""
         uid = validate_id(user_id, "user_id")
         self._check_open()
-        return await self._clear_keys(self.layout.user_pattern(uid))
+        return await self._clear_keys(self.layout.user_pattern(uid), self.layout.sessions(uid))
 
     async def clear_all(self) -> int:
         """Delete every key of this namespace, and nothing outside it (the

@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from . import env
-from .connection import CallPolicy, describe_url
+from .connection import CallPolicy
 from .embeddings import Embedder, resolve_embedder
 from .errors import InvalidInput
 from .keys import KeyLayout
 from .queue import DEFAULT_QUEUE_NAME
 from .summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
 from .tokens import estimate_tokens
+from .urls import describe_url, parse_url
 
 __all__ = [
     "DEFAULT_TTL",
@@ -33,12 +33,18 @@ __all__ = [
     "MemoryConfig",
     "Hook",
     "WorkerConfig",
+    "check_queue_url",
     "check_url",
 ]
 
 EMBEDDED_URL = "memory://"
 #: URL schemes of a Redis server (every process can reach it), unlike ``memory://``.
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
+#: The URL forms, for error messages.
+URL_FORMS = (
+    "use redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://... (TLS), unix:///PATH, "
+    "redis+cluster://HOST:PORT[,HOST:PORT...] or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB]"
+)
 DEFAULT_TTL = timedelta(days=7)
 #: Longest ttl accepted (Redis takes far more; a century is "keep").
 MAX_TTL = timedelta(days=36_500)
@@ -111,6 +117,9 @@ class MemoryConfig:
     connect_timeout: float = 2.0
     socket_timeout: float = 5.0
     retries: int = 3
+    # Durability: a write returns once this many replicas have it (WAIT).
+    replica_acks: int = 0
+    replica_timeout: float = 1.0
     # Summarization (driven by the workers).
     keep_recent: int | None = None
     summarize_batch: int = 20
@@ -170,6 +179,15 @@ class MemoryConfig:
             )
         _positive_seconds("connect_timeout", self.connect_timeout)
         _positive_seconds("socket_timeout", self.socket_timeout)
+        _positive_seconds("replica_timeout", self.replica_timeout)
+        if (
+            not isinstance(self.replica_acks, int)
+            or isinstance(self.replica_acks, bool)
+            or not 0 <= self.replica_acks <= 16
+        ):
+            raise InvalidInput(f"replica_acks must be an int in [0, 16], got {self.replica_acks!r}")
+        if self.replica_acks and self.replica_timeout >= self.socket_timeout:
+            raise InvalidInput("replica_timeout must be shorter than socket_timeout")
         if not isinstance(self.summarize_delay, int | float) or not (
             0 <= self.summarize_delay <= 86_400
         ):
@@ -189,6 +207,8 @@ class MemoryConfig:
             raise InvalidInput(
                 f"queue_url must look like redis://host:port/db, got {self.queue_url!r}"
             )
+        if self.index or self.keep_recent is not None:  # writes enqueue jobs
+            check_queue_url(self.queue_url or self.url, memory_url=self.url)
 
     @property
     def policy(self) -> CallPolicy:
@@ -233,15 +253,31 @@ class MemoryConfig:
 def check_url(url: str, what: str = "the URL") -> str:
     """``url`` if it names a Redis server, else ``InvalidInput`` naming ``what``
     (workers and operator commands cannot use the embedded backend)."""
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "memory":
+    try:
+        target = parse_url(url)
+    except InvalidInput:
+        raise InvalidInput(
+            f"{what} {describe_url(url)!r} is not a Redis URL: {URL_FORMS}"
+        ) from None
+    if target.kind == "embedded":
         raise InvalidInput(
             f"{what} {url!r} is the embedded in-process backend, which no other process can see"
         )
-    if scheme not in REDIS_SCHEMES:
+    return url
+
+
+def check_queue_url(url: str, *, memory_url: str | None = None) -> str:
+    """``url`` if the work queue (arq) can live there: not on a cluster."""
+    try:
+        kind = parse_url(url).kind
+    except InvalidInput:
+        return url  # reported where the URL is used, with its own name
+    if kind == "cluster":
+        where = "the memory URL is a cluster" if url == memory_url else "it is a cluster"
         raise InvalidInput(
-            f"{what} {describe_url(url)!r} is not a Redis URL: use "
-            "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://... (TLS) or unix:///PATH"
+            f"the work queue cannot use {describe_url(url)!r}: {where}, and arq does not run "
+            "on Redis Cluster; set queue_url / REDISMEM_QUEUE_URL to a standalone or Sentinel "
+            "Redis (redis://... or redis+sentinel://...)"
         )
     return url
 
@@ -303,6 +339,7 @@ class WorkerConfig:
         if "://" not in self.url:
             raise InvalidInput(f"url must look like redis://host:port/db, got {self.url!r}")
         object.__setattr__(self, "queue_url", self.queue_url or self.url)
+        check_queue_url(self.queue_url, memory_url=self.url)
         object.__setattr__(self, "name", self.name or f"{socket.gethostname()}-{os.getpid()}")
         if not self.queue_name:
             raise InvalidInput("queue_name (REDISMEM_QUEUE_NAME) must be a non-empty str")

@@ -24,11 +24,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, Self, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from .errors import (
     CorruptData,
@@ -39,6 +40,7 @@ from .errors import (
     StoreFull,
     StoreUnavailable,
 )
+from .urls import RedisTarget, describe_url, parse_url
 
 __all__ = [
     "SCAN_BATCH",
@@ -61,17 +63,17 @@ _embedded_logged: set[str] = set()
 CORRUPT_CODE = "REDISMEM_CORRUPT"
 #: Replies meaning "not now" during a restart or failover: retried.
 _TRANSIENT_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+#: Cluster errors meaning "not now" (slots moving, a failover): retried.
+_CLUSTER_TRANSIENT = (
+    rexc.ClusterDownError,
+    rexc.TryAgainError,
+    rexc.MasterDownError,
+    rexc.SlotNotCoveredError,
+    rexc.AskError,
+    rexc.MovedError,
+)
 #: Replies meaning the credentials are wrong or missing: never retried.
 _CREDENTIAL_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "INVALIDPASSWORD")
-
-
-def describe_url(url: str) -> str:
-    """The URL with any password masked, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return url
 
 
 def _embedded_server(name: str) -> Any:
@@ -93,26 +95,123 @@ def _embedded_server(name: str) -> Any:
     return server
 
 
-def open_redis(url: str, *, connect_timeout: float = 2.0) -> aioredis.Redis:
-    """A redis-py asyncio client for ``url`` that never retries by itself.
+def open_redis(url: str, *, connect_timeout: float = 2.0, **options: Any) -> Any:
+    """A redis-py asyncio client for what ``url`` names (see ``redismem.urls``)
+    that never retries by itself: a ``Redis`` for one server or a Sentinel's
+    master, a ``RedisCluster`` for a cluster, fakeredis for ``memory://``.
 
-    No socket timeout is set on the client: ``CallPolicy`` limits each attempt
-    as a whole, which is cheaper than redis-py's per-read timers. Connection
-    health checks are off: they block inside connection setup during a stall.
+    No socket timeout is set unless ``options`` asks: ``CallPolicy`` limits
+    each attempt as a whole, which is cheaper than redis-py's per-read
+    timers. Connection health checks are off: they block inside connection
+    setup during a stall. ``options`` go to the client's connections (the
+    worker's queue pool passes its retry and socket settings).
     """
-    if url.startswith("memory://"):
+    target = parse_url(url)
+    if target.kind == "embedded":
         import fakeredis
 
         name = url[len("memory://") :].strip("/") or "default"
-        client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_embedded_server(name))
-        return client
+        return fakeredis.FakeAsyncRedis(server=_embedded_server(name))
+    settings: dict[str, Any] = {
+        "socket_connect_timeout": connect_timeout,
+        "health_check_interval": 0,
+        **options,
+    }
+    if target.kind == "cluster":
+        return _open_cluster(target, settings)
+    if target.kind == "sentinel":
+        return _open_sentinel(target, settings)
     try:
-        client = aioredis.Redis.from_url(
-            url, socket_connect_timeout=connect_timeout, health_check_interval=0
-        )
+        return aioredis.Redis.from_url(url, **settings)
     except ValueError as exc:
         raise InvalidInput(f"cannot use Redis URL {describe_url(url)!r}: {exc}") from exc
-    return client
+
+
+class _Cluster(RedisCluster):
+    """redis-py's ``RedisCluster``, kept able to recover.
+
+    redis-py drops a node that failed a call from its startup list and, once
+    every seed is gone, can never reconnect ("Redis Cluster cannot be
+    connected"): the seeds of the URL are put back before every
+    (re)initialization. A connection error also makes redis-py close every
+    node's connections, under the feet of other calls in flight, which then
+    fail with ``AttributeError``; those are reported as the connection
+    errors they are, for the call policy to retry.
+    """
+
+    def __init__(self, seeds: tuple[tuple[str, int], ...], **options: Any) -> None:
+        super().__init__(startup_nodes=[ClusterNode(h, p) for h, p in seeds], **options)
+        self._seeds = seeds
+
+    async def initialize(self) -> Self:
+        known = self.nodes_manager.startup_nodes
+        for host, port in self._seeds:
+            name = f"{host}:{port}"
+            if name not in known:
+                known[name] = ClusterNode(host, port, **self.nodes_manager.connection_kwargs)
+        await super().initialize()
+        return self
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (AttributeError, TypeError) as exc:
+            reason = f"connection reset by a cluster reconfiguration: {exc!r}"
+            raise rexc.ConnectionError(reason) from exc
+
+
+def _open_cluster(target: RedisTarget, settings: dict[str, Any]) -> Any:
+    return _Cluster(  # type: ignore[abstract]
+        target.nodes,
+        username=target.username,
+        password=target.password,
+        ssl=target.tls,
+        # Retries are CallPolicy's; redirects (MOVED, ASK) are still followed.
+        # 1, not 0: redis-py's cluster pipeline makes this many attempts in
+        # all (0 would run none), and its single calls one more than this; a
+        # re-sent script is harmless (they are idempotent).
+        cluster_error_retry_attempts=1,
+        connection_error_retry_attempts=0,
+        require_full_coverage=False,
+        **settings,
+    )
+
+
+def _open_sentinel(target: RedisTarget, settings: dict[str, Any]) -> Any:
+    sentinel_auth = {
+        "username": target.options.get("sentinel_username"),
+        "password": target.options.get("sentinel_password"),
+        "socket_connect_timeout": settings["socket_connect_timeout"],
+    }
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(target.nodes),
+        sentinel_kwargs={k: v for k, v in sentinel_auth.items() if v is not None},
+        ssl=target.tls,
+        **settings,
+    )
+    assert target.service is not None
+    return sentinel.master_for(
+        target.service,
+        connection_pool_class=_SentinelPool,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+    )
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """The master's connection pool; disconnecting it (closing its client)
+    closes the clients of the sentinels it asks, too."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        for client in self.sentinel_manager.sentinels:
+            await client.aclose()
+
+
+def is_cluster(redis: Any) -> bool:
+    """Whether ``redis`` is a cluster client (no MULTI, a SCAN per node)."""
+    return isinstance(redis, RedisCluster)
 
 
 _PIPELINE_NOTE = " of pipeline caused error: "
@@ -156,6 +255,12 @@ def map_error(exc: BaseException, url: str) -> RedisMemError | None:
         return StoreFull(f"{where} is out of memory (maxmemory reached): {exc}")
     if isinstance(exc, rexc.ResponseError) and code in _TRANSIENT_REPLIES:
         return StoreUnavailable(f"{where} is not ready: {exc}")
+    if isinstance(exc, _CLUSTER_TRANSIENT):
+        return StoreUnavailable(f"{where} is reconfiguring: {type(exc).__name__} {exc}")
+    if isinstance(exc, rexc.RedisClusterException):
+        if "not enabled" in str(exc):
+            return StoreError(f"{where} is not a cluster (use redis://): {exc}")
+        return StoreUnavailable(f"{where} is unavailable: {exc}")
     if isinstance(exc, rexc.ConnectionError | rexc.TimeoutError | OSError | TimeoutError):
         detail = str(exc) or "no answer in time"
         return StoreUnavailable(f"{where} is unavailable: {detail}")
@@ -224,7 +329,42 @@ class CallPolicy:
 SCAN_BATCH = 500
 
 
-async def scan_once(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
-    """One ``SCAN`` step (never ``KEYS``): the next cursor and a batch of keys."""
-    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=SCAN_BATCH)
-    return result
+async def scan_once(
+    redis: Any, *, cursor: str, pattern: str, key: str | None = None, count: int = SCAN_BATCH
+) -> tuple[str, list[bytes]]:
+    """One ``SCAN`` step (never ``KEYS``): the next cursor and a batch of keys.
+
+    ``cursor`` "0" starts a pass and is returned when the pass ends. On a
+    cluster the pass visits every primary in turn (the cursor names the node,
+    ``"HOST:PORT@N"``), or, given ``key``, only the primary holding ``key``'s
+    slot (all keys of one user share a slot). A cursor naming a node that is
+    no longer a primary starts that node's part again on the first primary.
+    """
+    if not is_cluster(redis):
+        if key is not None or "@" in cursor:
+            cursor = cursor.rpartition("@")[2]
+        next_cursor, batch = await redis.scan(int(cursor), match=pattern, count=count)
+        return str(next_cursor), batch
+    await redis.initialize()
+    if key is not None:
+        primaries = [redis.get_node_from_key(key)]
+    else:
+        primaries = sorted(redis.get_primaries(), key=lambda node: node.name)
+    names = [node.name for node in primaries]
+    name, _, position = cursor.rpartition("@")
+    if name not in names:
+        name, position = names[0], "0"
+    node = primaries[names.index(name)]
+    reply = await redis.execute_command(
+        "SCAN", int(position), "MATCH", pattern, "COUNT", count, target_nodes=node
+    )
+    raw_next, batch = reply
+    if isinstance(raw_next, dict):  # redis-py's cluster client: {node name: cursor}
+        raw_next = raw_next[node.name]
+    next_position = int(raw_next)
+    if next_position:
+        return f"{name}@{next_position}", batch
+    following = names.index(name) + 1
+    if following < len(names):
+        return f"{names[following]}@0", batch
+    return "0", batch

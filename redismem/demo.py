@@ -22,12 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from . import env
 from .client import Memory
+from .connection import open_redis
 from .demo_agent import run_agent, session_of
 from .errors import InvalidInput
 from .localserver import LocalRedis, redis_server_binary
@@ -52,6 +53,9 @@ MEMORY_OPTIONS: dict[str, Any] = {
 @dataclass
 class DemoOptions:
     url: str | None = None
+    #: The work queue's Redis (default: $REDISMEM_QUEUE_URL, else ``url``);
+    #: needed when ``url`` is a cluster.
+    queue_url: str | None = None
     agents: int = 4
     workers: int = 2
     sessions: int = 6
@@ -106,7 +110,7 @@ class _Fleet:
             REDISMEM_URL=self.url,
             REDISMEM_NAMESPACE=self.namespace,
             REDISMEM_QUEUE_NAME=self.queue_name,
-            REDISMEM_QUEUE_URL=None,
+            REDISMEM_QUEUE_URL=self.options.queue_url,
             REDISMEM_SUMMARIZER=self.options.summarizer,
             REDISMEM_SWEEP_SECONDS="2",
             REDISMEM_SWEEP_GRACE="5",
@@ -305,6 +309,7 @@ async def run_demo(options: DemoOptions) -> int:
     out = options.out
     server: LocalRedis | None = None
     url = options.url or env.text("REDISMEM_URL")
+    options = replace(options, queue_url=options.queue_url or env.text("REDISMEM_QUEUE_URL"))
     if url is None:
         if redis_server_binary():
             server = LocalRedis.start()
@@ -324,12 +329,14 @@ async def run_demo(options: DemoOptions) -> int:
     fleet = _Fleet(options, url, namespace, embedded)
     progress = _Progress(out)
     try:
-        memory = await Memory.connect(url, namespace=namespace)
+        memory = await Memory.connect(url, namespace=namespace, queue_url=options.queue_url)
     except BaseException:
         if server is not None:
             server.stop()
         raise
-    stats = QueueStats(memory.redis, memory.layout)
+    # Stats and queue keys live on the queue's Redis.
+    queue_redis = open_redis(options.queue_url) if options.queue_url else memory.redis
+    stats = QueueStats(queue_redis, memory.layout)
     started = time.monotonic()
     try:
         await fleet.start()
@@ -353,6 +360,10 @@ async def run_demo(options: DemoOptions) -> int:
         await fleet.stop()
         if not options.keep:
             await _clean_up(memory, namespace)
+            if queue_redis is not memory.redis:
+                await _clean_up_queue(queue_redis, namespace)
+        if queue_redis is not memory.redis:
+            await queue_redis.aclose()
         await memory.aclose()
         if server is not None:
             server.stop()
@@ -362,8 +373,12 @@ async def _clean_up(memory: Memory, namespace: str) -> None:
     """Delete the demo's memory, and its queue, job and health keys, which all
     carry its (random) namespace in their names."""
     await memory.clear_all()
-    async for key in memory.redis.scan_iter(match=f"*{namespace}*", count=1000):
-        await memory.redis.unlink(key)
+    await _clean_up_queue(memory.redis, namespace)
+
+
+async def _clean_up_queue(redis: Any, namespace: str) -> None:
+    async for key in redis.scan_iter(match=f"*{namespace}*", count=1000):
+        await redis.unlink(key)
 
 
 async def _report(

@@ -439,13 +439,13 @@ async def forget_session(memory: Memory, user_id: str, session_id: str) -> None:
 
 async def _scan_all(memory: Memory, pattern: str) -> list[bytes]:
     found: list[bytes] = []
-    cursor = 0
+    cursor = "0"
     while True:
         cursor, batch = await memory.call(
             functools.partial(scan_once, cursor=cursor, pattern=pattern)
         )
         found += batch
-        if int(cursor) == 0:
+        if cursor == "0":
             return found
 
 
@@ -482,15 +482,11 @@ async def _done(memory: Memory, user_id: str, session_id: str, seq: int, since_m
     """Whether the work due for the session's writes up to ``seq`` is done."""
     keys = memory.layout.session(user_id, session_id)
 
-    async def state(redis: Any) -> list[Any]:
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.zscore(keys.pending, session_id)
-            pipe.hmget(keys.meta, "iwm", "rttl", "wm", "sumcfg")
-            result: list[Any] = await pipe.execute()
-            return result
-
-    pending, (iwm, rttl, wm, sumcfg) = await memory.call(state)
-    if pending is None or pending > since_ms:
+    raw_pending, (iwm, rttl, wm, sumcfg) = await memory.atomic(
+        [("ZSCORE", keys.pending, session_id), ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg")],
+        key=keys.meta,
+    )
+    if raw_pending is None or float(raw_pending) > since_ms:
         return True  # settled (or settled and marked again by a later write)
     # Still marked, as newer writes keep it: done once the writes up to
     # ``seq`` are indexed and no longer leave a summarization backlog due.

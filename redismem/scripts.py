@@ -29,9 +29,10 @@ from typing import Any
 
 import redis.exceptions as rexc
 
-from .connection import CallPolicy
+from .connection import CallPolicy, is_cluster
 from .errors import StoreFull
 from .keys import RecallKeys, SessionKeys
+from .transport import ClusterLinks, Link
 
 __all__ = [
     "CommitResult",
@@ -158,6 +159,18 @@ class IndexDoc:
     postings: Mapping[str, float]
 
 
+async def _loading(
+    run: Callable[[], Awaitable[list[Any]]], load: Callable[[], Awaitable[Any]]
+) -> list[Any]:
+    """``run()``, loading the script with ``load()`` first if the server lost
+    it (a restart or failover empties the script cache)."""
+    try:
+        return await run()
+    except rexc.NoScriptError:
+        await load()
+        return await run()
+
+
 def _text(value: Any) -> str:
     if value is None or value is False:
         return ""
@@ -167,9 +180,24 @@ def _text(value: Any) -> str:
 class SessionScripts:
     """The session scripts of one Redis client, run under one ``CallPolicy``."""
 
-    def __init__(self, redis: Any, policy: CallPolicy) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        policy: CallPolicy,
+        link: Link | ClusterLinks | None = None,
+        *,
+        replica_acks: int = 0,
+        replica_timeout_ms: int = 0,
+    ) -> None:
         self._redis = redis
         self._policy = policy
+        self._link = link
+        #: Writes wait for this many replicas (``WAIT``, on the link only).
+        self._replica_acks = replica_acks if link is not None else 0
+        self._replica_timeout_ms = replica_timeout_ms
+        #: redis-py's cluster client refuses MULTI: reads of the tail then use
+        #: the read script (the cluster links run MULTI on the slot's master).
+        self._multi = link is not None or not is_cluster(redis)
         self._scripts = {
             name: redis.register_script(script_source(name))
             for name in _WITH_COMMON + _PLAIN + _WITH_RECALL
@@ -180,8 +208,26 @@ class SessionScripts:
     def policy(self) -> CallPolicy:
         return self._policy
 
-    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Awaitable[Any]:
+    def _call(
+        self, name: str, keys: Sequence[str], args: Sequence[Any], *, acked: bool = False
+    ) -> Awaitable[Any]:
+        """Run script ``name`` under the policy; ``acked``: a write that must
+        reach the replicas asked for (``replica_acks``)."""
         script = self._scripts[name]
+        link = self._link
+        if link is not None:
+            replicas = self._replica_acks if acked else 0
+            timeout = self._replica_timeout_ms
+            return self._policy.run(
+                lambda: link.evalsha(
+                    script.sha,
+                    script.script,
+                    keys,
+                    args,
+                    replicas=replicas,
+                    replica_timeout_ms=timeout,
+                )
+            )
         return self._policy.run(lambda: script(keys=keys, args=args))
 
     def _log_full(self) -> None:
@@ -235,7 +281,7 @@ class SessionScripts:
             *messages,
         ]
         first, created, stored, trimmed, since, pending, duplicate = await self._call(
-            "write", keys.script_keys(), args
+            "write", keys.script_keys(), args, acked=True
         )
         return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
 
@@ -266,6 +312,15 @@ class SessionScripts:
         that cover them, so no message passes through Lua (which copies every
         element twice)."""
 
+        if not self._multi:
+            return await self.read(
+                keys,
+                session_id=session_id,
+                limit=limit,
+                max_tokens=-1,
+                refresh_ttl=refresh_ttl,
+                with_summary=False,
+            )
         try:
             (seq, _length), raw, records = await self._policy.run(
                 lambda: self._tail_once(keys, session_id, limit, refresh_ttl)
@@ -300,6 +355,8 @@ class SessionScripts:
     ) -> list[Any]:
         touch = self._scripts["touch"]
         start = 0 if limit < 0 else -limit
+        if self._link is not None:
+            return await self._tail_on_link(self._link, keys, session_id, limit, ttl)
         for _ in range(2):
             pipe = self._redis.pipeline(transaction=True)
             pipe.evalsha(touch.sha, len(keys.script_keys()), *keys.script_keys(), ttl, session_id)
@@ -316,6 +373,29 @@ class SessionScripts:
                 # A restarted or failed-over server lost its script cache.
                 await self._redis.script_load(touch.script)
         raise rexc.NoScriptError("the touch script could not be loaded")
+
+    async def _tail_on_link(
+        self, link: Link | ClusterLinks, keys: SessionKeys, session_id: str, limit: int, ttl: int
+    ) -> list[Any]:
+        touch = self._scripts["touch"]
+        script_keys = keys.script_keys()
+        start, stop = (1, 0) if limit == 0 else (0 if limit < 0 else -limit, -1)
+        commands = [
+            ("EVALSHA", touch.sha, len(script_keys), *script_keys, ttl, session_id),
+            ("LRANGE", keys.msgs, start, stop),
+            ("LRANGE", keys.entries, start, stop),
+        ]
+        if isinstance(link, ClusterLinks):
+            cluster = link
+            return await _loading(
+                lambda: cluster.transaction(commands, key=keys.msgs),
+                lambda: cluster.execute("SCRIPT", "LOAD", touch.script, key=keys.msgs),
+            )
+        single = link
+        return await _loading(
+            lambda: single.transaction(commands),
+            lambda: single.execute("SCRIPT", "LOAD", touch.script),
+        )
 
     async def snapshot(
         self, keys: SessionKeys, *, session_id: str, refresh_ttl: int, with_messages: bool

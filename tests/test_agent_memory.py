@@ -29,6 +29,8 @@ from redismem.strategies import Hybrid, SlidingWindow, TokenBudget
 from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
 from redismem.tokens import estimate_messages_tokens
 
+pytestmark = pytest.mark.every_server
+
 PROPERTY = settings(
     max_examples=100,
     deadline=None,

@@ -21,6 +21,8 @@ from redismem.providers import SummarizingMemory
 from redismem.summarizers import KeyPointsSummarizer
 from redismem.tokens import message_tokens
 
+pytestmark = pytest.mark.every_server
+
 PROPERTY = settings(
     max_examples=100,
     deadline=None,

@@ -12,6 +12,9 @@ from helpers import assistant, keys_matching, pttls, tool_call, tool_result, use
 
 from redismem import ClientClosed, InvalidInput, Memory, MemoryEntry, Message, RedisMemError
 from redismem.tokens import message_tokens
+from redismem.transport import Link
+
+pytestmark = pytest.mark.every_server
 
 STORE_FIELDS = {"id", "created_at", "token_count"}
 
@@ -507,23 +510,40 @@ async def test_named_embedded_servers_are_separate(memory_factory, namespace):
     await a.clear_all()
 
 
-async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch):
+async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, is_embedded):
     mem = await make_memory()
     await mem.write([user("warm up")], session_id="s")  # loads the scripts
     await mem.read(session_id="s", max_tokens=1000)
+    await mem.read(session_id="s", limit=10)
     sent: list[str] = []
     original = mem.redis.execute_command
+    pipeline, transaction = Link.pipeline, Link.transaction
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         sent.append(str(args[0]))
         return await original(*args, **kwargs)
 
+    async def counting_pipeline(link: Link, commands: Any) -> Any:
+        sent.extend(str(command[0]) for command in commands)
+        return await pipeline(link, commands)
+
+    async def counting_transaction(link: Link, commands: Any) -> Any:
+        sent.append("MULTI")
+        return await transaction(link, commands)
+
+    # Both paths to the server: redis-py's client and the hot path's link.
     monkeypatch.setattr(mem.redis, "execute_command", counting)
+    monkeypatch.setattr(Link, "pipeline", counting_pipeline)
+    monkeypatch.setattr(Link, "transaction", counting_transaction)
     await mem.write([user(f"m{i}") for i in range(50)], session_id="s", tags={"a": "1", "b": "2"})
     assert sent == ["EVALSHA"]
     sent.clear()
     await mem.read(session_id="s", limit=10, max_tokens=1000)
     assert sent == ["EVALSHA"]
+    sent.clear()
+    await mem.read(session_id="s", limit=10)
+    # One MULTI block (the embedded backend's pipeline bypasses execute_command).
+    assert sent == ([] if is_embedded else ["MULTI"])
 
 
 async def test_env_namespace_and_ttl_are_honoured(

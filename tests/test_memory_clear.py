@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import keys_matching, snapshot, user
+
+pytestmark = pytest.mark.every_server
 
 # Users whose ids are close to "alice" (prefixes, glob look-alikes, escapes).
 NEIGHBOURS = ["alice2", "alic", "Alice", "*", "alice*", "alice}:x", "%61lice", "al?ce", "bob"]

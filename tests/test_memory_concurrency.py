@@ -10,9 +10,12 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import user
 
 from redismem import Memory, Message
+
+pytestmark = pytest.mark.every_server
 
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
 PROCESSES = 4

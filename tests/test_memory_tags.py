@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import user
+
+pytestmark = pytest.mark.every_server
 
 WEIRD = {
     "k:{x}": "v*?[]\\",

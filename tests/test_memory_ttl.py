@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
 from helpers import keys_matching, pttls, user
+
+pytestmark = pytest.mark.every_server
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 

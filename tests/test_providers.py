@@ -33,6 +33,8 @@ from redismem.strategies import Hybrid, SlidingWindow, TokenBudget, Turns
 from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
 from redismem.tokens import message_tokens
 
+pytestmark = pytest.mark.every_server
+
 PROPERTY = settings(
     max_examples=100,
     deadline=None,

@@ -15,6 +15,8 @@ import pytest
 from redismem.keys import store_namespace_ref, store_ref
 from redismem.store import LongTermStore
 
+pytestmark = pytest.mark.every_server
+
 HOSTILE = ["a:b", "{x}", "*", "%41", "A", "a/b", "a#b", "ünï 🚀", "a b", "?", "[a]", "\\", "\n"]
 
 

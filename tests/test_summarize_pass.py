@@ -19,6 +19,8 @@ from redismem.fencing import MEMORY_DATA_HEADER, unfence
 from redismem.summarize import MAX_SUMMARY_CHARS, split_at_tool_boundary, summarize_pass
 from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
 
+pytestmark = pytest.mark.every_server
+
 SID = "s1"
 
 

@@ -263,6 +263,10 @@ def worker_env(
         REDISMEM_NAMESPACE=namespace,
         REDISMEM_QUEUE_NAME=queue_name,
     )
+    if redis_url.startswith("redis+cluster://") and "QUEUE_URL" not in extra:
+        # The queue cannot live on a cluster: the test's standalone server,
+        # which conftest's clean_env names for cluster tests.
+        env["REDISMEM_QUEUE_URL"] = os.environ["REDISMEM_QUEUE_URL"]
     for name, value in extra.items():
         env[f"REDISMEM_{name.upper()}"] = str(value)
     return env
@@ -386,12 +390,13 @@ class SessionState:
 async def session_state(memory: Memory, session_id: str, user_id: str = "default") -> SessionState:
     """Counters, list length and summary of a session, read in one MULTI."""
     keys = memory.layout.session(user_id, session_id)
-    pipe = memory.redis.pipeline(transaction=True)
-    pipe.hget(keys.meta, "seq")
-    pipe.hget(keys.meta, "wm")
-    pipe.llen(keys.msgs)
-    pipe.get(keys.summary)
-    seq, wm, stored, raw_summary = await pipe.execute()
+    reads = [
+        ("HGET", keys.meta, "seq"),
+        ("HGET", keys.meta, "wm"),
+        ("LLEN", keys.msgs),
+        ("GET", keys.summary),
+    ]
+    seq, wm, stored, raw_summary = await memory.atomic(reads, key=keys.meta)
     summary = decode_summary(raw_summary, keys.summary) if raw_summary else None
     return SessionState(
         seq=int(seq or 0),

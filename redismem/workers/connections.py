@@ -24,15 +24,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import arq.worker
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from arq.connections import ArqRedis, RedisSettings
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from redismem.connection import redis_errors
+from redismem.config import check_queue_url
+from redismem.connection import open_redis, redis_errors
 from redismem.errors import StoreUnavailable
 from redismem.queue import pack_job, unpack_job
+from redismem.urls import parse_url
 
 __all__ = ["OUTAGE_S", "OutageRetry", "queue_pool", "redis_settings", "wait_for_redis"]
 
@@ -118,7 +119,18 @@ def redis_settings(url: str) -> RedisSettings:
     """arq ``RedisSettings`` for ``url`` that ride out outages, for arq's own
     CLI (``arq workers.WorkerSettings``); ``redismem worker`` builds its pool
     with ``queue_pool``, which keeps every URL option."""
-    settings = RedisSettings.from_dsn(url)
+    target = parse_url(url)
+    if target.kind == "sentinel":
+        settings = RedisSettings(
+            host=list(target.nodes),
+            sentinel=True,
+            sentinel_master=target.service or "mymaster",
+            database=target.db,
+            username=target.username,
+            password=target.password,
+        )
+    else:
+        settings = RedisSettings.from_dsn(url)
     settings.retry = OutageRetry()
     settings.retry_on_error = [rexc.ConnectionError, rexc.TimeoutError]
     settings.retry_on_timeout = True
@@ -127,18 +139,19 @@ def redis_settings(url: str) -> RedisSettings:
 
 
 def queue_pool(url: str, queue: str) -> ArqRedis:
-    """The worker's arq pool on ``url``: msgpack jobs, bounded socket waits,
-    connection errors retried for up to ``OUTAGE_S``."""
-    pool = aioredis.ConnectionPool.from_url(
-        url,
+    """The worker's arq pool on ``url`` (one server or a Sentinel's master):
+    msgpack jobs, bounded socket waits, connection errors retried for up to
+    ``OUTAGE_S``."""
+    base = open_redis(
+        check_queue_url(url),
+        connect_timeout=2.0,
         retry=OutageRetry(),
         retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
-        socket_connect_timeout=2.0,
         socket_timeout=10.0,
         socket_keepalive=True,
     )
     return ArqRedis(
-        connection_pool=pool,
+        connection_pool=base.connection_pool,
         job_serializer=pack_job,
         job_deserializer=unpack_job,
         default_queue_name=queue,
@@ -151,7 +164,7 @@ async def wait_for_redis(url: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     warned = False
     while True:
-        client = aioredis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
+        client = open_redis(url, connect_timeout=2.0, socket_timeout=5.0)
         try:
             with redis_errors(url):
                 await client.ping()

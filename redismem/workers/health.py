@@ -16,10 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from redismem.connection import redis_errors
+from redismem.connection import open_redis, redis_errors
 
 __all__ = [
     "FORGET_S",
@@ -100,7 +99,7 @@ async def worker_health(url: str, queue: str, name: str | None = None) -> list[W
     """Health of the worker ``name``, or of every worker of ``queue`` heard
     from in the last ``FORGET_S`` seconds (oldest heartbeat first), read from
     the queue Redis at ``url``."""
-    redis = aioredis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=5.0)
+    redis = open_redis(url, connect_timeout=2.0, socket_timeout=5.0)
     now = time.time()
     try:
         with redis_errors(url):

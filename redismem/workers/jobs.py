@@ -30,6 +30,7 @@ cleared or given up meanwhile) does nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typing import Any
 from arq import Retry
 
 from redismem.client import Memory
+from redismem.connection import scan_once
 from redismem.embeddings import Embedder
 from redismem.errors import (
     CorruptData,
@@ -328,9 +330,11 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
     layout = memory.layout
     cursor_key = layout.queue_key("sweep")
     raw_cursor = await memory.call(lambda redis: redis.get(cursor_key))
-    cursor = int(raw_cursor) if raw_cursor and raw_cursor.isdigit() else 0
+    cursor = raw_cursor.decode("ascii", "replace") if raw_cursor else "0"
     cursor, pending_keys = await memory.call(
-        lambda redis: redis.scan(cursor, match=layout.pending_pattern(), count=SWEEP_COUNT)
+        functools.partial(
+            scan_once, cursor=cursor, pattern=layout.pending_pattern(), count=SWEEP_COUNT
+        )
     )
     await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
     cutoff = int((time.time() - config_of(ctx).sweep_grace) * 1000)

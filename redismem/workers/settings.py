@@ -19,7 +19,7 @@ from arq import cron, func
 from redismem.config import WorkerConfig, check_url
 from redismem.queue import RECONCILE_JOB, SUMMARIZE_JOB, pack_job, unpack_job
 
-from .connections import redis_settings
+from .connections import queue_pool, redis_settings
 from .context import shutdown, startup
 from .health import HEALTH_INTERVAL_S, health_key
 from .jobs import reconcile_pending, summarize_session
@@ -68,10 +68,14 @@ def worker_settings(config: WorkerConfig) -> dict[str, Any]:
 
 def settings_class(config: WorkerConfig) -> type:
     """``worker_settings(config)`` as a ``WorkerSettings`` class for arq's CLI,
-    with ``redis_settings`` that ride out outages. ``InvalidInput`` when a URL
+    with a queue pool (and ``redis_settings``) that ride out outages. ``InvalidInput`` when a URL
     is not a Redis server's."""
     check_url(config.url, "REDISMEM_URL")
+    queue_url = check_url(config.queue_url, "REDISMEM_QUEUE_URL")
     attributes = worker_settings(config)
-    attributes["redis_settings"] = redis_settings(check_url(config.queue_url, "REDISMEM_QUEUE_URL"))
+    attributes["redis_settings"] = redis_settings(queue_url)  # for `arq --check`
+    # The worker's own pool, as `redismem worker` builds it: arq builds none
+    # that rides out a Sentinel failover (it passes no retry settings then).
+    attributes["redis_pool"] = queue_pool(queue_url, config.queue_name)
     attributes["__doc__"] = "Pass to arq: ``arq workers.WorkerSettings``."
     return type("WorkerSettings", (), attributes)

@@ -1,0 +1,221 @@
+"""The hot path's multiplexed connection (``redismem.transport``), on real Redis.
+
+What the session scripts rely on: replies matched to their calls in order
+however many tasks share the connection, even after a call gave up half way;
+redis-py's own error types; a reset connection failing the calls that were
+waiting and the next call connecting again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+
+from redismem import Memory, StoreUnavailable
+from redismem.connection import open_redis
+from redismem.transport import ClusterLinks, Link, open_link, pack_command
+
+SCRIPT = "return {KEYS[1], ARGV[1]}"
+SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
+
+
+@pytest_asyncio.fixture
+async def link(redis_url: str) -> AsyncIterator[Link]:
+    client = open_redis(redis_url)
+    opened = open_link(redis_url, client, connect_timeout=2.0)
+    assert isinstance(opened, Link)
+    yield opened
+    await opened.aclose()
+    await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def admin(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def _link_client_ids(admin: aioredis.Redis, name: str) -> list[int]:
+    clients = await admin.client_list()
+    return [int(c["id"]) for c in clients if c.get("name") == name]
+
+
+async def _name(link: Link) -> str:
+    name = f"link-{uuid.uuid4().hex[:8]}"
+    assert await link.execute("CLIENT", "SETNAME", name) == b"OK"
+    return name
+
+
+def test_commands_are_packed_as_resp_bulk_strings() -> None:
+    assert pack_command(("SET", "k", b"\x00v", 12, 1.5)) == (
+        b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$2\r\n12\r\n$3\r\n1.5\r\n"
+    )
+    for bad in (None, True, object()):
+        with pytest.raises(rexc.DataError):
+            pack_command(("SET", "k", bad))
+
+
+async def test_replies_match_their_calls_across_many_tasks(link: Link) -> None:
+    key = f"transport:{uuid.uuid4().hex}"
+
+    async def task(n: int) -> None:
+        for i in range(50):
+            value = f"{n}-{i}".encode()
+            assert await link.execute("ECHO", value) == value
+            length = await link.execute("RPUSH", key, value)
+            assert isinstance(length, int)
+
+    await asyncio.gather(*(task(n) for n in range(16)))
+    assert await link.execute("LLEN", key) == 16 * 50
+    await link.execute("DEL", key)
+
+
+async def test_error_replies_raise_redis_py_errors_and_the_link_stays_usable(
+    link: Link,
+) -> None:
+    key = f"transport:{uuid.uuid4().hex}"
+    await link.execute("SET", key, "text")
+    with pytest.raises(rexc.ResponseError, match="WRONGTYPE"):
+        await link.execute("LPUSH", key, "x")
+    with pytest.raises(rexc.NoScriptError):
+        await link.execute("EVALSHA", "0" * 40, 0)
+    with pytest.raises(rexc.ResponseError, match="unknown command"):
+        await link.execute("NOSUCHCOMMAND")
+    assert await link.execute("GET", key) == b"text"
+    await link.execute("DEL", key)
+
+
+async def test_evalsha_loads_a_script_the_server_lost(link: Link) -> None:
+    await link.execute("SCRIPT", "FLUSH")
+    assert await link.evalsha(SHA, SCRIPT, ["k"], ["v"]) == [b"k", b"v"]
+    assert await link.execute("SCRIPT", "EXISTS", SHA) == [1]
+
+
+async def test_transaction_returns_exec_replies_and_raises_the_first_error(link: Link) -> None:
+    key = f"transport:{uuid.uuid4().hex}"
+    replies = await link.transaction([("RPUSH", key, "a", "b"), ("LRANGE", key, 0, -1)])
+    assert replies == [2, [b"a", b"b"]]
+    # Refused when queued (wrong arity): nothing runs.
+    with pytest.raises(rexc.ResponseError, match="wrong number of arguments"):
+        await link.transaction([("RPUSH", key, "c"), ("LRANGE", key)])
+    assert await link.execute("LLEN", key) == 2
+    # Failed inside EXEC: the others ran, the error raises.
+    with pytest.raises(rexc.ResponseError, match="WRONGTYPE"):
+        await link.transaction([("RPUSH", key, "c"), ("GET", key)])
+    assert await link.execute("LLEN", key) == 3
+    with pytest.raises(rexc.NoScriptError):
+        await link.transaction([("EVALSHA", "0" * 40, 0)])
+    assert await link.execute("PING") == b"PONG"
+    await link.execute("DEL", key)
+
+
+async def test_a_call_that_gives_up_never_receives_another_calls_reply(link: Link) -> None:
+    """A call cancelled with its reply outstanding (its time ran out) drops the
+    connection: the late reply can never be matched to a later call."""
+    empty = f"transport:{uuid.uuid4().hex}"
+    stuck = asyncio.create_task(link.execute("BLPOP", empty, 1))
+    await asyncio.sleep(0.1)
+    stuck.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stuck
+    for i in range(20):
+        assert await link.execute("ECHO", str(i)) == str(i).encode()
+    await asyncio.sleep(1.2)  # past the BLPOP's own timeout: its nil reply is gone
+    assert await link.execute("ECHO", "after") == b"after"
+
+
+async def test_calls_waiting_on_a_killed_connection_fail_and_the_next_call_reconnects(
+    link: Link, admin: aioredis.Redis
+) -> None:
+    name = await _name(link)
+    empty = f"transport:{uuid.uuid4().hex}"
+    waiting = [asyncio.create_task(link.execute("BLPOP", empty, 5)) for _ in range(3)]
+    await asyncio.sleep(0.1)
+    (client_id,) = await _link_client_ids(admin, name)
+    await admin.client_kill_filter(_id=client_id)
+    for task in waiting:
+        with pytest.raises(rexc.ConnectionError):
+            await asyncio.wait_for(task, 2)
+    assert await link.execute("PING") == b"PONG"
+    assert await _link_client_ids(admin, name) == []  # a new connection, unnamed
+
+
+async def test_connecting_to_nothing_is_a_connection_error(redis_server_factory) -> None:  # type: ignore[no-untyped-def]
+    server = redis_server_factory()
+    port = server.port
+    server.kill()
+    link = Link(port=port, connect_timeout=1.0)
+    with pytest.raises(rexc.ConnectionError, match=f"127.0.0.1:{port}"):
+        await link.execute("PING")
+    await link.aclose()
+
+
+async def test_concurrent_first_calls_share_one_connection(
+    link: Link, admin: aioredis.Redis
+) -> None:
+    before = len(await admin.client_list())
+    results = await asyncio.gather(*(link.execute("PING") for _ in range(32)))
+    assert results == [b"PONG"] * 32
+    assert len(await admin.client_list()) == before + 1
+
+
+async def test_closed_link_refuses_calls(link: Link) -> None:
+    assert await link.execute("PING") == b"PONG"
+    await link.aclose()
+    with pytest.raises(rexc.ConnectionError, match="closed"):
+        await link.execute("PING")
+
+
+def test_tls_and_the_embedded_backend_keep_redis_py_alone() -> None:
+    def link_of(url: str) -> Link | ClusterLinks | None:
+        return open_link(url, open_redis(url), connect_timeout=1)
+
+    assert isinstance(link_of("redis://127.0.0.1:1/0"), Link)
+    assert isinstance(link_of("unix:///tmp/none.sock"), Link)
+    assert isinstance(link_of("redis+cluster://127.0.0.1:1"), ClusterLinks)
+    assert isinstance(link_of("redis+sentinel://127.0.0.1:1/m"), Link)
+    assert link_of("rediss://127.0.0.1:1/0") is None
+    assert link_of("memory://transport-test") is None
+
+
+async def test_memory_keeps_its_guarantees_when_its_hot_path_connection_is_killed(
+    redis_url: str, admin: aioredis.Redis
+) -> None:
+    """Writes in flight on a killed connection are retried and stored once."""
+    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    try:
+        await memory.write([{"role": "user", "content": "warm"}], session_id="s")
+
+        async def writer(n: int) -> None:
+            for i in range(40):
+                await memory.write([{"role": "user", "content": f"{n}-{i}"}], session_id=f"s{n}")
+
+        killed = 0
+
+        async def killer() -> None:
+            nonlocal killed
+            for _ in range(5):
+                await asyncio.sleep(0.02)
+                for client in await admin.client_list():
+                    if client.get("cmd") in ("evalsha", "exec", "multi"):
+                        killed += await admin.client_kill_filter(_id=int(client["id"]))
+
+        try:
+            await asyncio.gather(*(writer(n) for n in range(8)), killer())
+        except StoreUnavailable:  # pragma: no cover - retries should absorb 5 kills
+            pytest.fail("a killed connection surfaced instead of being retried")
+        assert killed >= 3
+        for n in range(8):
+            contents = [m.content for m in await memory.read(session_id=f"s{n}")]
+            assert contents == [f"{n}-{i}" for i in range(40)]
+    finally:
+        await memory.clear_all()
+        await memory.aclose()
