@@ -218,10 +218,14 @@ class Memory:
         link = self._link
         if isinstance(link, ClusterLinks):
             cluster = link
-            return await self._policy.run(lambda: cluster.transaction(commands, key=key))
+            return await self._policy.run_until(
+                lambda deadline: cluster.transaction(commands, key=key, deadline=deadline)
+            )
         if link is not None:
             single = link
-            return await self._policy.run(lambda: single.transaction(commands))
+            return await self._policy.run_until(
+                lambda deadline: single.transaction(commands, deadline=deadline)
+            )
 
         async def multi(redis: Any) -> list[Any]:
             pipe = redis.pipeline(transaction=True)

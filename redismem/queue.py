@@ -11,9 +11,11 @@ queue's Redis, which may differ from the memory Redis (arq does not run on
 Redis Cluster); neither they nor arq's keys lie inside a memory namespace.
 
 A job that waits longer than ``JOB_EXPIRES`` is dropped by arq, and its job
-key expires with it: a job key left behind (its queue deleted under it) can
-block the re-enqueue of that episode for at most that long, and the workers'
-reconcile sweep enqueues every session still pending after that.
+key expires with it. A job key left behind without its queue entry (the queue
+deleted under it, or a failover that kept one and lost the other) would block
+the re-enqueue of that episode that long: the workers' reconcile sweep, which
+enqueues every session still pending after the grace period, then enqueues
+it under one more id per grace period (``EPISODE~N``).
 """
 
 from __future__ import annotations

@@ -218,14 +218,15 @@ class SessionScripts:
         if link is not None:
             replicas = self._replica_acks if acked else 0
             timeout = self._replica_timeout_ms
-            return self._policy.run(
-                lambda: link.evalsha(
+            return self._policy.run_until(
+                lambda deadline: link.evalsha(
                     script.sha,
                     script.script,
                     keys,
                     args,
                     replicas=replicas,
                     replica_timeout_ms=timeout,
+                    deadline=deadline,
                 )
             )
         return self._policy.run(lambda: script(keys=keys, args=args))
@@ -321,10 +322,18 @@ class SessionScripts:
                 refresh_ttl=refresh_ttl,
                 with_summary=False,
             )
+        link = self._link
         try:
-            (seq, _length), raw, records = await self._policy.run(
-                lambda: self._tail_once(keys, session_id, limit, refresh_ttl)
-            )
+            if link is not None:
+                (seq, _length), raw, records = await self._policy.run_until(
+                    lambda deadline: self._tail_on_link(
+                        link, keys, session_id, limit, refresh_ttl, deadline
+                    )
+                )
+            else:
+                (seq, _length), raw, records = await self._policy.run(
+                    lambda: self._tail_once(keys, session_id, limit, refresh_ttl)
+                )
         except StoreFull:
             # Redis refuses a script in MULTI when full, even one that would
             # not write: read through the plain script, without sliding the TTL.
@@ -355,8 +364,6 @@ class SessionScripts:
     ) -> list[Any]:
         touch = self._scripts["touch"]
         start = 0 if limit < 0 else -limit
-        if self._link is not None:
-            return await self._tail_on_link(self._link, keys, session_id, limit, ttl)
         for _ in range(2):
             pipe = self._redis.pipeline(transaction=True)
             pipe.evalsha(touch.sha, len(keys.script_keys()), *keys.script_keys(), ttl, session_id)
@@ -375,7 +382,13 @@ class SessionScripts:
         raise rexc.NoScriptError("the touch script could not be loaded")
 
     async def _tail_on_link(
-        self, link: Link | ClusterLinks, keys: SessionKeys, session_id: str, limit: int, ttl: int
+        self,
+        link: Link | ClusterLinks,
+        keys: SessionKeys,
+        session_id: str,
+        limit: int,
+        ttl: int,
+        deadline: float,
     ) -> list[Any]:
         touch = self._scripts["touch"]
         script_keys = keys.script_keys()
@@ -388,13 +401,15 @@ class SessionScripts:
         if isinstance(link, ClusterLinks):
             cluster = link
             return await _loading(
-                lambda: cluster.transaction(commands, key=keys.msgs),
-                lambda: cluster.execute("SCRIPT", "LOAD", touch.script, key=keys.msgs),
+                lambda: cluster.transaction(commands, key=keys.msgs, deadline=deadline),
+                lambda: cluster.execute(
+                    "SCRIPT", "LOAD", touch.script, key=keys.msgs, deadline=deadline
+                ),
             )
         single = link
         return await _loading(
-            lambda: single.transaction(commands),
-            lambda: single.execute("SCRIPT", "LOAD", touch.script),
+            lambda: single.transaction(commands, deadline=deadline),
+            lambda: single.execute("SCRIPT", "LOAD", touch.script, deadline=deadline),
         )
 
     async def snapshot(

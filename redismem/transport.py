@@ -25,6 +25,7 @@ TLS, the embedded backend and other client types keep redis-py alone.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -79,8 +80,11 @@ class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[asyncio.Future[Any]] = deque()
+        #: The loop time by which each waiting call wants its reply.
+        self.deadlines: deque[float] = deque()
         self.closed = False
         self._reader = hiredis.Reader()
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -101,6 +105,7 @@ class _Protocol(asyncio.Protocol):
                 self.close(rexc.ConnectionError("Redis sent a reply nobody asked for"))
                 return
             waiter = self.waiting.popleft()
+            self.deadlines.popleft()
             if not waiter.done():
                 waiter.set_result(reply)
 
@@ -108,15 +113,36 @@ class _Protocol(asyncio.Protocol):
         detail = f": {exc}" if exc else ""
         self._fail(rexc.ConnectionError(f"Connection closed by server{detail}."))
 
-    def send(self, commands: Sequence[Sequence[Any]]) -> list[asyncio.Future[Any]]:
+    def send(
+        self, commands: Sequence[Sequence[Any]], deadline: float = math.inf
+    ) -> list[asyncio.Future[Any]]:
+        """Queue ``commands``; their replies are due by ``deadline`` (loop time)."""
         if self.closed or self.transport is None:
             raise rexc.ConnectionError("Connection closed.")
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in commands]
         data = b"".join(pack_command(command) for command in commands)
         self.waiting.extend(futures)
+        self.deadlines.extend([deadline] * len(futures))
         self.transport.write(data)
+        if self._timer is None and deadline < math.inf:
+            self._timer = loop.call_at(deadline, self._check_deadline)
         return futures
+
+    def _check_deadline(self) -> None:
+        """The watchdog: one timer per connection, not one per call. A call
+        past its deadline means the server is stalled or the connection half
+        dead: every waiting call fails (each policy retries its own) and the
+        connection is dropped, as a per-call timeout would have done."""
+        self._timer = None
+        if self.closed or not self.deadlines:
+            return
+        loop = asyncio.get_running_loop()
+        earliest = min(self.deadlines)
+        if earliest <= loop.time():
+            self.close(rexc.TimeoutError("Redis did not answer in time"))
+        elif earliest < math.inf:
+            self._timer = loop.call_at(earliest, self._check_deadline)
 
     def close(self, error: rexc.RedisError) -> None:
         if self.transport is not None:
@@ -125,6 +151,10 @@ class _Protocol(asyncio.Protocol):
 
     def _fail(self, error: rexc.RedisError) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.deadlines.clear()
         while self.waiting:
             waiter = self.waiting.popleft()
             if not waiter.done():
@@ -162,15 +192,21 @@ class Link:
     def where(self) -> str:
         return self._path or f"{self._host}:{self._port}"
 
-    async def execute(self, *args: Any) -> Any:
-        """Send one command and return its reply; an error reply raises."""
-        (reply,) = await self.pipeline([args])
+    async def execute(self, *args: Any, deadline: float = math.inf) -> Any:
+        """Send one command and return its reply; an error reply raises.
+
+        ``deadline`` (every method takes one): the loop time by which the
+        reply must have come, else ``TimeoutError`` and the connection is
+        dropped (see ``_Protocol._check_deadline``)."""
+        (reply,) = await self.pipeline([args], deadline=deadline)
         return reply
 
-    async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def pipeline(
+        self, commands: Sequence[Sequence[Any]], *, deadline: float = math.inf
+    ) -> list[Any]:
         """Send ``commands`` at once and return their replies; the first
         error reply raises (after every reply has arrived)."""
-        replies = await self._replies(commands)
+        replies = await self._replies(commands, deadline)
         for reply in replies:
             if isinstance(reply, hiredis.ReplyError):
                 raise self._failed(reply)
@@ -185,6 +221,7 @@ class Link:
         *,
         replicas: int = 0,
         replica_timeout_ms: int = 0,
+        deadline: float = math.inf,
     ) -> Any:
         """Run a script by its digest, loading it first if the server lost it.
 
@@ -194,10 +231,10 @@ class Link:
         command = ("EVALSHA", sha, len(keys), *keys, *args)
         wait = [("WAIT", replicas, replica_timeout_ms)] if replicas else []
         try:
-            replies = await self.pipeline([command, *wait])
+            replies = await self.pipeline([command, *wait], deadline=deadline)
         except rexc.NoScriptError:
-            await self.execute("SCRIPT", "LOAD", source)
-            replies = await self.pipeline([command, *wait])
+            await self.execute("SCRIPT", "LOAD", source, deadline=deadline)
+            replies = await self.pipeline([command, *wait], deadline=deadline)
         if wait and replies[1] < replicas:
             raise rexc.TimeoutError(
                 f"the write reached {replies[1]} of {replicas} replica(s) in "
@@ -205,10 +242,12 @@ class Link:
             )
         return replies[0]
 
-    async def transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def transaction(
+        self, commands: Sequence[Sequence[Any]], *, deadline: float = math.inf
+    ) -> list[Any]:
         """Run ``commands`` in one ``MULTI``/``EXEC``; the first error raises
         (a command refused when queued, else one that failed inside)."""
-        replies = await self._replies([("MULTI",), *commands, ("EXEC",)])
+        replies = await self._replies([("MULTI",), *commands, ("EXEC",)], deadline)
         for reply in replies[1:-1]:
             if isinstance(reply, hiredis.ReplyError):
                 raise self._failed(reply)
@@ -222,9 +261,9 @@ class Link:
                 raise self._failed(item)
         return list(result)
 
-    async def _replies(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def _replies(self, commands: Sequence[Sequence[Any]], deadline: float) -> list[Any]:
         protocol = await self._connected()
-        futures = protocol.send(commands)
+        futures = protocol.send(commands, deadline)
         with _settled(futures):
             return [await self._reply(protocol, future) for future in futures]
 
@@ -353,9 +392,11 @@ class ClusterLinks:
         self._refreshing: asyncio.Lock | None = None
         self._stale = True
 
-    async def execute(self, *args: Any, key: Any) -> Any:
+    async def execute(self, *args: Any, key: Any, deadline: float = math.inf) -> Any:
         """One command, on the master of ``key``'s slot."""
-        (reply,) = await self._routed(key, lambda link: link.pipeline([args]), [args])
+        (reply,) = await self._routed(
+            key, lambda link: link.pipeline([args], deadline=deadline), [args], deadline
+        )
         return reply
 
     async def evalsha(
@@ -367,20 +408,31 @@ class ClusterLinks:
         *,
         replicas: int = 0,
         replica_timeout_ms: int = 0,
+        deadline: float = math.inf,
     ) -> Any:
         """``Link.evalsha`` on the master of ``keys[0]``'s slot."""
 
         async def run(link: Link) -> Any:
             return await link.evalsha(
-                sha, source, keys, args, replicas=replicas, replica_timeout_ms=replica_timeout_ms
+                sha,
+                source,
+                keys,
+                args,
+                replicas=replicas,
+                replica_timeout_ms=replica_timeout_ms,
+                deadline=deadline,
             )
 
-        return await self._routed(keys[0], run, None)
+        return await self._routed(keys[0], run, None, deadline)
 
-    async def transaction(self, commands: Sequence[Sequence[Any]], *, key: Any) -> list[Any]:
+    async def transaction(
+        self, commands: Sequence[Sequence[Any]], *, key: Any, deadline: float = math.inf
+    ) -> list[Any]:
         """``Link.transaction`` on the master of ``key``'s slot (every key of
         the commands must share that slot)."""
-        result: list[Any] = await self._routed(key, lambda link: link.transaction(commands), None)
+        result: list[Any] = await self._routed(
+            key, lambda link: link.transaction(commands, deadline=deadline), None, deadline
+        )
         return result
 
     async def aclose(self) -> None:
@@ -393,10 +445,11 @@ class ClusterLinks:
         key: Any,
         call: Callable[[Link], Awaitable[Any]],
         plain: Sequence[Sequence[Any]] | None,
+        deadline: float,
     ) -> Any:
         slot = key_slot(key.encode() if isinstance(key, str) else key)
         for _ in range(self.MAX_REDIRECTS):
-            link = await self._master_of(slot)
+            link = await self._master_of(slot, deadline)
             try:
                 return await call(link)
             except rexc.ConnectionError:
@@ -409,7 +462,7 @@ class ClusterLinks:
                     continue
                 if code == "ASK" and plain is not None:
                     target = self._link(rest.split(" ")[-1])
-                    replies = await target.pipeline([("ASKING",), *plain])
+                    replies = await target.pipeline([("ASKING",), *plain], deadline=deadline)
                     return replies[1:]
                 if code == "ASK":
                     raise rexc.ResponseError(f"TRYAGAIN slot {slot} is migrating: {exc}") from exc
@@ -423,12 +476,12 @@ class ClusterLinks:
             link = self._links[address] = Link(host=host, port=int(port), **self._options)
         return link
 
-    async def _master_of(self, slot: int) -> Link:
+    async def _master_of(self, slot: int, deadline: float) -> Link:
         if self._stale or not self._slots:
-            await self._refresh()
+            await self._refresh(deadline)
         return self._link(self._slots[slot])
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, deadline: float) -> None:
         if self._refreshing is None:
             self._refreshing = asyncio.Lock()
         async with self._refreshing:
@@ -437,7 +490,7 @@ class ClusterLinks:
             errors = []
             for address in dict.fromkeys([*self._links, *self._seeds]):
                 try:
-                    table = await self._link(address).execute("CLUSTER", "SLOTS")
+                    table = await self._link(address).execute("CLUSTER", "SLOTS", deadline=deadline)
                 except (rexc.RedisError, OSError) as exc:
                     errors.append(f"{address}: {exc}")
                     continue

@@ -11,6 +11,7 @@ replica, so the replica that takes over has it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from servers import CLUSTER_NODE_TIMEOUT_MS, LocalCluster, LocalSentinel
 from worker_support import WorkerPool, wait_ready, worker_env
 
 from redismem import Memory, StoreUnavailable
+from redismem.connection import scan_once
 
 WRITERS = 16
 #: The client must be writing again this long after the failover finished.
@@ -152,7 +154,11 @@ async def test_sentinel_failover_under_writers_and_two_workers(
     with nothing lost or doubled, and the two workers index everything."""
     sentinel = sentinel_for_faults
     url = sentinel.url
-    env = worker_env(url, namespace, queue_name, SUMMARIZER="truncate")
+    # A job lost at the failover (the queue is replicated asynchronously) is
+    # found again by the reconcile sweep: run it often, with a short grace.
+    env = worker_env(
+        url, namespace, queue_name, SUMMARIZER="truncate", SWEEP_SECONDS=2, SWEEP_GRACE=3
+    )
     processes = [workers.start(env) for _ in range(2)]
     master = aioredis.Redis.from_url(sentinel.master_url())
     try:
@@ -210,3 +216,36 @@ def _slot(memory: Memory, user: str) -> int:
     from redis.crc import key_slot
 
     return key_slot(memory.layout.session(user, "s").meta.encode())
+
+
+async def test_scan_visits_every_primary_once_and_resumes_from_its_cursor(
+    cluster: LocalCluster, redis_url: str, namespace: str
+) -> None:
+    """The reconcile sweep's SCAN on a cluster: one cursor naming node and
+    position, a pass covering every primary, resumable between calls."""
+    memory = await Memory.connect(cluster.url, namespace=namespace, queue_url=redis_url)
+    try:
+        users = [f"u{i}" for i in range(60)]
+        for user in users:
+            await memory.write([{"role": "user", "content": "x"}], session_id="s", user_id=user)
+        pattern = memory.layout.pending_pattern()
+        seen: list[bytes] = []
+        cursor, nodes = "0", set()
+        while True:
+            cursor, batch = await memory.call(
+                functools.partial(scan_once, cursor=cursor, pattern=pattern, count=5)
+            )
+            seen += batch
+            if cursor == "0":
+                break
+            nodes.add(cursor.rpartition("@")[0])
+        assert sorted(seen) == sorted({memory.layout.pending(u).encode() for u in users})
+        assert len(nodes) == 3
+        # A cursor naming a node that is gone starts over on the first primary.
+        _, batch = await memory.call(
+            functools.partial(scan_once, cursor="127.0.0.1:1@7", pattern=pattern, count=1000)
+        )
+        assert batch
+    finally:
+        await memory.clear_all()
+        await memory.aclose()

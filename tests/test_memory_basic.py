@@ -523,13 +523,13 @@ async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, 
         sent.append(str(args[0]))
         return await original(*args, **kwargs)
 
-    async def counting_pipeline(link: Link, commands: Any) -> Any:
+    async def counting_pipeline(link: Link, commands: Any, **options: Any) -> Any:
         sent.extend(str(command[0]) for command in commands)
-        return await pipeline(link, commands)
+        return await pipeline(link, commands, **options)
 
-    async def counting_transaction(link: Link, commands: Any) -> Any:
+    async def counting_transaction(link: Link, commands: Any, **options: Any) -> Any:
         sent.append("MULTI")
-        return await transaction(link, commands)
+        return await transaction(link, commands, **options)
 
     # Both paths to the server: redis-py's client and the hot path's link.
     monkeypatch.setattr(mem.redis, "execute_command", counting)

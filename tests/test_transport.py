@@ -219,3 +219,23 @@ async def test_memory_keeps_its_guarantees_when_its_hot_path_connection_is_kille
     finally:
         await memory.clear_all()
         await memory.aclose()
+
+
+async def test_a_call_past_its_deadline_fails_every_waiting_call_and_the_link_recovers(
+    link: Link,
+) -> None:
+    """One timer per connection bounds every call: a reply later than its
+    deadline drops the connection (the server may be stalled), failing the
+    calls queued behind it; the next call connects again."""
+    loop = asyncio.get_running_loop()
+    empty = f"transport:{uuid.uuid4().hex}"
+    started = loop.time()
+    stuck = asyncio.create_task(link.execute("BLPOP", empty, 5, deadline=started + 0.2))
+    await asyncio.sleep(0.05)
+    behind = asyncio.create_task(link.execute("PING", deadline=started + 5))
+    with pytest.raises(rexc.TimeoutError):
+        await stuck
+    with pytest.raises(rexc.TimeoutError):
+        await behind
+    assert loop.time() - started < 1.0
+    assert await link.execute("PING", deadline=loop.time() + 1) == b"PONG"
