@@ -3,23 +3,29 @@
 redis-py's asyncio client spends more time per call in Python than Redis
 spends running a session script: a pool checkout, a per-connection lock, a
 stream reader and an encoder per command. ``Link`` is one TCP (or Unix
-socket) connection speaking RESP2 through an ``asyncio.Protocol`` with
-hiredis parsing replies; any number of tasks share it, each call queued
-behind the others (pipelined, replies matched in order). It runs only
-``EVALSHA`` (with the reload on ``NOSCRIPT``) and ``MULTI`` blocks, for
-``SessionScripts``; everything else goes through redis-py.
+socket) connection speaking RESP2 through an ``asyncio.Protocol``, replies
+parsed and commands packed by hiredis; any number of tasks share it, each
+call queued behind the others (pipelined, replies matched in order). It
+runs ``EVALSHA`` (reloading a script the server lost on ``NOSCRIPT``, with
+an optional ``WAIT`` for replicas on the same connection) and ``MULTI``
+blocks, for ``SessionScripts`` and ``Memory.atomic``; everything else goes
+through redis-py.
 
 Errors are redis-py's own exception types (replies are classified by
 redis-py's parser), so ``connection.map_error`` and ``CallPolicy`` treat
-both paths alike. The link never retries by itself and has no timers: the
-caller's ``CallPolicy`` bounds each attempt. An attempt that is cancelled
-(its time ran out) while its reply is outstanding closes the connection:
-every call still waiting on it fails with ``ConnectionError`` and is retried
-by its own policy (the scripts are idempotent), and the next call connects
-again. A closed or reset connection fails the same way.
+both paths alike. The link never retries by itself. Each call carries a
+deadline (``CallPolicy.run_until``), checked by one timer per connection
+rather than one per call: a call past its deadline, or one cancelled while
+its reply is outstanding, drops the connection, every call still waiting
+on it fails (each is retried by its own policy; the scripts are
+idempotent), and the next call connects again. A closed or reset
+connection fails the same way, and a ``READONLY`` reply (a demoted master)
+drops it too.
 
-``open_link`` gives a link for plain ``redis://`` and ``unix://`` clients;
-TLS, the embedded backend and other client types keep redis-py alone.
+``open_link`` gives a ``Link`` for ``redis://`` and ``unix://`` URLs and for
+``redis+sentinel://`` (the master is asked of the sentinels at every
+connect), ``ClusterLinks`` (one link per master, routed by slot) for
+``redis+cluster://``; TLS and the embedded backend keep redis-py alone.
 """
 
 from __future__ import annotations
