@@ -112,10 +112,12 @@ def _queue_name() -> str:
 
 
 async def _connect(args: argparse.Namespace, **options: Any) -> Memory:
-    """A ``Memory`` on the command's URL; its namespace is ``--namespace``,
-    else ``REDISMEM_NAMESPACE`` (read by ``Memory.connect``)."""
+    """A ``Memory`` on the command's URL and queue URL; its namespace is
+    ``--namespace``, else ``REDISMEM_NAMESPACE`` (read by ``Memory.connect``)."""
     if args.namespace:
         options["namespace"] = args.namespace
+    if getattr(args, "queue_url", None):
+        options["queue_url"] = _queue_url(args)
     return await Memory.connect(_memory_url(args), **options)
 
 

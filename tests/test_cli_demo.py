@@ -6,7 +6,10 @@ import os
 import re
 
 import pytest
+from servers import LocalCluster
 from test_cli_worker import run_cli
+
+from redismem import Memory
 
 
 def demo_env(**extra: str) -> dict[str, str]:
@@ -79,3 +82,57 @@ def test_demo_fails_when_due_sessions_get_no_summary(redis_url: str) -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(r"lost messages \(verified\)\s+0$", result.stdout, re.MULTILINE)
     assert "FAIL: no summary made" in result.stdout, result.stdout
+
+
+def test_demo_runs_on_a_cluster_with_the_queue_on_a_standalone_server(
+    cluster: LocalCluster, redis_url: str
+) -> None:
+    result = run_cli(
+        "demo",
+        "--url",
+        cluster.url,
+        "--queue-url",
+        redis_url,
+        "--agents",
+        "2",
+        "--workers",
+        "1",
+        "--duration",
+        "4",
+        env=demo_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK: no message lost" in result.stdout
+    summaries = re.search(r"summaries made\s+(\d+)", result.stdout)
+    assert summaries and int(summaries.group(1)) > 0, result.stdout
+
+
+def test_demo_on_a_cluster_without_a_queue_url_says_what_to_set(cluster: LocalCluster) -> None:
+    result = run_cli("demo", "--url", cluster.url, "--duration", "1", env=demo_env(), timeout=60)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "REDISMEM_QUEUE_URL" in result.stderr + result.stdout
+
+
+async def test_operator_commands_read_a_cluster(
+    cluster: LocalCluster, redis_url: str, namespace: str
+) -> None:
+    memory = await Memory.connect(cluster.url, namespace=namespace, queue_url=redis_url)
+    try:
+        for user in ("ann", "bob", "cy"):
+            await memory.write(
+                [{"role": "user", "content": f"hello from {user}"}], session_id="s", user_id=user
+            )
+        flags = ["--url", cluster.url, "--queue-url", redis_url, "--namespace", namespace]
+        stats = run_cli("stats", *flags, env=demo_env(), timeout=60)
+        assert stats.returncode == 0, stats.stdout + stats.stderr
+        assert re.search(r"pending\D+3\b", stats.stdout), stats.stdout
+        sessions = run_cli("sessions", *flags, "--user", "bob", env=demo_env(), timeout=60)
+        assert sessions.returncode == 0 and "s" in sessions.stdout, sessions.stderr
+        inspect = run_cli("inspect", "s", *flags, "--user", "cy", env=demo_env(), timeout=60)
+        assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+        assert "hello from cy" in inspect.stdout
+    finally:
+        await memory.clear_all()
+        await memory.aclose()
