@@ -366,8 +366,6 @@ async def _run_search(
 #: Keyword candidates and newest docs a fused search ranks by vector too.
 _FUSED_KEYWORD = 50
 _FUSED_RECENT = 200
-#: Reciprocal rank fusion's constant.
-_RRF_K = 60
 
 
 async def _fused(
@@ -380,7 +378,8 @@ async def _fused(
     limit: int,
     min_score: float | None,
 ) -> list[Hit]:
-    """Keyword and vector rankings fused (reciprocal rank fusion) over a
+    """Keyword and vector rankings fused (weighted reciprocal rank fusion,
+    ``ranking.RRF_K`` and ``ranking.VECTOR_WEIGHT``) over a
     bounded candidate set: the best keyword matches and the newest docs that
     pass the filters. Docs embedded by another model rank by keyword only, and
     so does everything when the embedder fails on the query (both logged)."""
@@ -413,11 +412,12 @@ async def _fused(
         )
     fused: dict[tuple[str, int], float] = {}
     for rank, found in enumerate(keyword):
-        fused[found.ident] = fused.get(found.ident, 0.0) + 1.0 / (_RRF_K + rank + 1)
+        fused[found.ident] = fused.get(found.ident, 0.0) + 1.0 / (ranking.RRF_K + rank + 1)
     by_vector.sort(key=lambda e: e[0], reverse=True)
+    weight = ranking.VECTOR_WEIGHT
     for rank, (similarity, ident) in enumerate(by_vector):
         if similarity > 0:
-            fused[ident] = fused.get(ident, 0.0) + 1.0 / (_RRF_K + rank + 1)
+            fused[ident] = fused.get(ident, 0.0) + weight / (ranking.RRF_K + rank + 1)
     ranked = sorted(fused.items(), key=lambda e: e[1], reverse=True)
     hits = []
     for ident, score in ranked:
