@@ -55,7 +55,7 @@ from .queue import SummarizeArgs, SummaryQueue
 from .scripts import SessionScripts
 from .strategies import MemoryStrategy
 from .toolgroups import drop_orphan_tool_results
-from .transport import ClusterLinks, open_link
+from .transport import open_link
 
 if TYPE_CHECKING:
     from .agent_memory import AgentMemory, ManageResult
@@ -216,15 +216,9 @@ class Memory:
         attempted more than once."""
         self._check_open()
         link = self._link
-        if isinstance(link, ClusterLinks):
-            cluster = link
-            return await self._policy.run_until(
-                lambda deadline: cluster.transaction(commands, key=key, deadline=deadline)
-            )
         if link is not None:
-            single = link
             return await self._policy.run_until(
-                lambda deadline: single.transaction(commands, deadline=deadline)
+                lambda deadline: link.transaction(commands, key=key, deadline=deadline)
             )
 
         async def multi(redis: Any) -> list[Any]:

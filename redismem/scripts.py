@@ -398,18 +398,9 @@ class SessionScripts:
             ("LRANGE", keys.msgs, start, stop),
             ("LRANGE", keys.entries, start, stop),
         ]
-        if isinstance(link, ClusterLinks):
-            cluster = link
-            return await _loading(
-                lambda: cluster.transaction(commands, key=keys.msgs, deadline=deadline),
-                lambda: cluster.execute(
-                    "SCRIPT", "LOAD", touch.script, key=keys.msgs, deadline=deadline
-                ),
-            )
-        single = link
         return await _loading(
-            lambda: single.transaction(commands, deadline=deadline),
-            lambda: single.execute("SCRIPT", "LOAD", touch.script, deadline=deadline),
+            lambda: link.transaction(commands, key=keys.msgs, deadline=deadline),
+            lambda: link.execute("SCRIPT", "LOAD", touch.script, key=keys.msgs, deadline=deadline),
         )
 
     async def snapshot(

