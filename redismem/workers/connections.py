@@ -12,7 +12,9 @@ connection's handshake inside a job's bookkeeping (``ConnectionError`` from
 the pool). Importing this module wraps arq's ``Worker.start_jobs`` (the job's
 slot is given back; the job stays queued and the next poll starts it) and
 ``Worker.run_job`` (the job's in-progress key expires and arq runs it again;
-our jobs are idempotent).
+our jobs are idempotent). The worker's own pool (``queue_pool``) also retries
+taking a connection, so a reset during a handshake in arq's poll loop only
+delays the poll.
 """
 
 from __future__ import annotations
@@ -150,12 +152,35 @@ def queue_pool(url: str, queue: str) -> ArqRedis:
         socket_timeout=10.0,
         socket_keepalive=True,
     )
+    pool = base.connection_pool
+    _retry_connects(pool, OutageRetry())
     return ArqRedis(
-        connection_pool=base.connection_pool,
+        connection_pool=pool,
         job_serializer=pack_job,
         job_deserializer=unpack_job,
         default_queue_name=queue,
     )
+
+
+def _retry_connects(pool: Any, retry: OutageRetry) -> None:
+    """Make ``pool`` ride out a reset during a new connection's handshake.
+
+    redis-py retries a command on a connection it already has, but takes the
+    connection (``get_connection``: connect, ``HELLO``/``AUTH``) outside its
+    retry; a reset there reached arq's poll loop and ended the worker (seen
+    under the CLIENT KILL storm test). A failed handshake gives its connection
+    back, so taking another is safe.
+    """
+    take = pool.get_connection
+
+    async def get_connection(*args: Any, **kwargs: Any) -> Any:
+        return await retry.call_with_retry(lambda: take(*args, **kwargs), _ignore)
+
+    pool.get_connection = get_connection
+
+
+async def _ignore(error: BaseException) -> None:
+    return None
 
 
 async def wait_for_redis(url: str, seconds: float) -> None:
