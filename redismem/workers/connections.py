@@ -5,16 +5,17 @@ exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
 Redis restart or failover only pauses the worker; past that it gives up (and
 its supervisor restarts it). Refused credentials are never retried.
 
-Two resets are not retried by redis-py, and arq 0.28 lets them end the
+Three resets are not retried by redis-py, and arq 0.28 lets them end the
 worker: a connection lost while arq watches a job's in-progress key
-(``WatchError``, the watch being gone), and one lost during a new
-connection's handshake inside a job's bookkeeping (``ConnectionError`` from
-the pool). Importing this module wraps arq's ``Worker.start_jobs`` (the job's
-slot is given back; the job stays queued and the next poll starts it) and
-``Worker.run_job`` (the job's in-progress key expires and arq runs it again;
-our jobs are idempotent). The worker's own pool (``queue_pool``) also retries
-taking a connection, so a reset during a handshake in arq's poll loop only
-delays the poll.
+(``WatchError``, the watch being gone), the same while it enqueues a cron
+job, and one lost during a new connection's handshake inside a job's
+bookkeeping (``ConnectionError`` from the pool). Importing this module wraps
+arq's ``Worker.start_jobs`` (the job's slot is given back; the job stays
+queued and the next poll starts it), ``Worker.run_cron`` (the tick is
+skipped; the next one enqueues) and ``Worker.run_job`` (the job's
+in-progress key expires and arq runs it again; our jobs are idempotent).
+The worker's own pool (``queue_pool``) also retries taking a connection, so
+a reset during a handshake in arq's poll loop only delays the poll.
 """
 
 from __future__ import annotations
@@ -112,9 +113,22 @@ async def _run_job_riding_out_resets(self: arq.worker.Worker, job_id: str, score
         logger.warning("connection lost around job %s (%s); arq runs it again later", job_id, exc)
 
 
+_arq_run_cron = arq.worker.Worker.run_cron
+
+
+async def _run_cron_riding_out_resets(self: arq.worker.Worker, *args: Any, **kwargs: Any) -> None:
+    try:
+        await _arq_run_cron(self, *args, **kwargs)
+    except (rexc.WatchError, rexc.ConnectionError, rexc.TimeoutError) as exc:
+        # Lost while arq enqueued a cron job (the reconcile sweep) under a
+        # WATCH: that tick is skipped; the sweep runs again next period.
+        logger.warning("connection lost while enqueueing a cron job (%s); next tick retries", exc)
+
+
 if getattr(arq.worker.Worker.start_jobs, "__name__", "") != _start_jobs_riding_out_resets.__name__:
     arq.worker.Worker.start_jobs = _start_jobs_riding_out_resets  # type: ignore[method-assign]
     arq.worker.Worker.run_job = _run_job_riding_out_resets  # type: ignore[method-assign]
+    arq.worker.Worker.run_cron = _run_cron_riding_out_resets  # type: ignore[method-assign]
 
 
 def redis_settings(url: str) -> RedisSettings:
