@@ -162,8 +162,10 @@ async def _stats(args: argparse.Namespace) -> int:
         workers += f" (stale: {', '.join(stale)})" if stale else ""
     print(f"namespace {memory.layout.namespace}  queue {queue_name}")
     rows = [
-        ("session jobs run (index, summarize)", counters.get("jobs", 0)),
+        ("session jobs run (index, extract, summarize)", counters.get("jobs", 0)),
         ("messages indexed for recall", counters.get("messages_indexed", 0)),
+        ("messages extracted for memories", counters.get("messages_extracted", 0)),
+        ("memories added (or merged)", counters.get("memories_added", 0)),
         ("summaries committed", counters.get("summaries", 0)),
         ("messages summarized", counters.get("messages_summarized", 0)),
         ("stale commits (lost CAS)", counters.get("stale_commits", 0)),

@@ -60,6 +60,7 @@ from .transport import open_link
 if TYPE_CHECKING:
     from .agent_memory import AgentMemory, ManageResult
     from .context_builder import BuiltContext
+    from .memories import Memories
     from .store import LongTermStore
     from .summarizers import Summarizer
 
@@ -109,6 +110,7 @@ class Memory:
         self._closed = False
         self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
+        self._memories: Memories | None = None
         args = self.summarize_args()
         self._summarize_settings = args.encode() if args else ""
         #: The write script's recall argument: None = indexing off, 0 = keep forever.
@@ -194,6 +196,17 @@ class Memory:
 
             self._store = LongTermStore(self)
         return self._store
+
+    @property
+    def memories(self) -> Memories:
+        """The users' typed long-term memories: facts, documents, goals...
+        (see ``redismem.memories``)."""
+        self._check_open()
+        if self._memories is None:
+            from .memories import Memories
+
+            self._memories = Memories(self)
+        return self._memories
 
     def _check_open(self) -> None:
         if self._closed:
@@ -757,10 +770,14 @@ class Memory:
         profile: Mapping[str, Any] | str | None = None,
         notes: Sequence[str | Mapping[str, Any]] | None = None,
         recall: int = 0,
+        user_profile: bool = False,
+        memories: int = 0,
     ) -> BuiltContext:
         """The read side of the memory loop: request, summary and recent
-        history in the history share, profile, notes and up to ``recall``
-        messages of the user's other sessions that match the request (from
+        history in the history share; profile (with ``user_profile``, the
+        user's facts about themselves too), notes, up to ``memories``
+        long-term memories relevant to the request and up to ``recall``
+        messages of the user's other sessions that match it (from
         ``search``), all fenced as data from memory, in the rest (see
         ``redismem.context_builder``)."""
         from .context_builder import build_context
@@ -775,6 +792,8 @@ class Memory:
             profile=profile,
             notes=notes,
             recall=recall,
+            user_profile=user_profile,
+            memories=memories,
         )
 
     # -- deletion ----------------------------------------------------------

@@ -18,8 +18,10 @@ from typing import Any
 
 from . import env
 from .connection import CallPolicy
+from .consolidators import consolidator_from_env
 from .embeddings import Embedder, resolve_embedder
 from .errors import InvalidInput
+from .extractors import extractor_from_env
 from .keys import KeyLayout
 from .queue import DEFAULT_QUEUE_NAME
 from .summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
@@ -46,6 +48,8 @@ URL_FORMS = (
     "redis+cluster://HOST:PORT[,HOST:PORT...] or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB]"
 )
 DEFAULT_TTL = timedelta(days=7)
+#: ``memory_ttl`` default: a long-term memory lives a year after its last change.
+DEFAULT_MEMORY_TTL = timedelta(days=365)
 #: Longest ttl accepted (Redis takes far more; a century is "keep").
 MAX_TTL = timedelta(days=36_500)
 #: Most retries accepted; with the backoff cap that is over an hour of waiting.
@@ -131,16 +135,20 @@ class MemoryConfig:
     index: bool = True
     recall_ttl: float | timedelta | str | None = SAME_AS_TTL
     embedder: Any = None
+    # Long-term memories (``mem.memories``): kept this long after their last change.
+    memory_ttl: float | timedelta | None = DEFAULT_MEMORY_TTL
     layout: KeyLayout = field(init=False, repr=False)
     embedder_object: Embedder | None = field(init=False, repr=False)
     ttl_ms: int | None = field(init=False, repr=False)
     recall_ttl_ms: int | None = field(init=False, repr=False)
+    memory_ttl_ms: int | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or "://" not in self.url:
             raise InvalidInput(f"url must look like redis://host:port/db, got {self.url!r}")
         object.__setattr__(self, "layout", KeyLayout(self.namespace))
         object.__setattr__(self, "ttl_ms", _ttl_ms(self.ttl))
+        object.__setattr__(self, "memory_ttl_ms", _ttl_ms(self.memory_ttl))
         object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
         if self.recall_ttl == SAME_AS_TTL:
             object.__setattr__(self, "recall_ttl_ms", self.ttl_ms)
@@ -299,6 +307,9 @@ _WORKER_ENV: dict[str, Callable[[Mapping[str, str] | None], Any]] = {
     "sweep_seconds": lambda e: _whole_seconds(env.seconds("REDISMEM_SWEEP_SECONDS", e)),
     "sweep_grace": lambda e: env.seconds("REDISMEM_SWEEP_GRACE", e, zero=True),
     "embedder": lambda e: env.choice("REDISMEM_EMBEDDER", ("none", "hashing", "minilm"), e),
+    "extractor": extractor_from_env,
+    "consolidator": consolidator_from_env,
+    "extract_quiet": lambda e: env.seconds("REDISMEM_EXTRACT_QUIET", e, zero=True),
 }
 
 
@@ -331,6 +342,17 @@ class WorkerConfig:
     #: Recall: what embeds indexed messages (see ``redismem.embeddings``).
     embedder: Any = None
     embedder_object: Embedder | None = field(init=False, repr=False, default=None)
+    #: Memories: what extracts them from indexed sessions (a
+    #: ``redismem.extractors.Extractor``); None: no extraction.
+    extractor: Any = None
+    #: Seconds a session must be quiet (no write) before its new messages are
+    #: extracted, so a burst is extracted once.
+    extract_quiet: float = 2.0
+    #: Decides about near-duplicate memories the extractor finds (a
+    #: ``redismem.consolidators.Consolidator``); None: kept side by side.
+    consolidator: Any = None
+    #: How long an extracted memory is kept after its last change (None: forever).
+    memory_ttl: float | timedelta | None = DEFAULT_MEMORY_TTL
 
     def __post_init__(self) -> None:
         for name in ("url", "queue_url", "queue_name", "name"):
@@ -355,6 +377,22 @@ class WorkerConfig:
         if not isinstance(self.summarizer, Summarizer):
             raise InvalidInput("summarizer must have an async summarize(previous, messages)")
         object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
+        if self.extractor is not None and not (
+            callable(getattr(self.extractor, "extract", None))
+            and isinstance(getattr(self.extractor, "name", None), str)
+        ):
+            raise InvalidInput(
+                "extractor must have a name and an async extract(messages, user_id=)"
+            )
+        if (
+            not isinstance(self.extract_quiet, int | float)
+            or isinstance(self.extract_quiet, bool)
+            or not 0 <= self.extract_quiet <= 3600
+        ):
+            raise InvalidInput(
+                f"extract_quiet must be seconds in [0, 3600], got {self.extract_quiet!r}"
+            )
+        _ttl_ms(self.memory_ttl)
         _positive_seconds("summarizer_timeout", self.summarizer_timeout)
         if (
             not isinstance(self.sweep_grace, int | float)
@@ -385,6 +423,9 @@ class WorkerConfig:
                 value = read(environ)
                 if value is not None:
                     found[option] = value
+        if "memory_ttl" not in options and env.text("REDISMEM_MEMORY_TTL", environ) is not None:
+            # "none" (keep forever) reads as None: set it even so.
+            found["memory_ttl"] = env.ttl("REDISMEM_MEMORY_TTL", environ)
         found.update(options)
         try:
             return cls(**found)

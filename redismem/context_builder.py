@@ -17,10 +17,16 @@ Budget
     first, then notes in the order given (put the most relevant first); an
     item that does not fit is dropped and later, smaller ones may still fit.
     ``dropped_notes`` and ``dropped_profile_lines`` count what was left out.
-    With ``recall=N``, up to N messages of the user's *other* sessions that
-    match the request (``Memory.search``, best first) come after the notes,
-    on the same terms (``recalled_messages`` counts those included); the
-    session's own messages are left out, being in the history or its summary.
+    With ``user_profile=True`` the user's active facts about themselves
+    (``mem.memories.profile``) join the profile lines, after the given ones.
+    With ``memories=N``, up to N active memories most relevant to the request
+    (``mem.memories.search``, best first, profile facts not repeated) come
+    after the notes, each with its kind and when it was learned
+    (``memories_included`` counts those included). With ``recall=N``, up to
+    N messages of the user's *other* sessions that match the request
+    (``Memory.search``, best first) come after those, on the same terms
+    (``recalled_messages`` counts those included); the session's own
+    messages are left out, being in the history or its summary.
 
 Remembered text is data, not instructions
     The summary, profile, notes and recalled messages go in one system message, first: a header
@@ -81,6 +87,8 @@ class BuiltContext(BaseModel):
     dropped_profile_lines: int
     #: Messages of other sessions included (``recall``).
     recalled_messages: int = 0
+    #: Long-term memories included (``memories``).
+    memories_included: int = 0
 
     def to_chat(self) -> list[dict[str, Any]]:
         """``messages`` as chat-completions dicts."""
@@ -180,13 +188,15 @@ class _MemoryBlock:
         profile: Sequence[str],
         notes: Sequence[str],
         recalled: Sequence[str] = (),
+        remembered: Sequence[str] = (),
     ) -> Message | None:
-        if not (summary or profile or notes or recalled):
+        if not (summary or profile or notes or recalled or remembered):
             return None
         sections = [
             (SUMMARY_LABEL, [summary] if summary else []),
             ("user profile", profile),
             ("notes", notes),
+            ("long-term memories", remembered),
             ("recalled from other conversations", recalled),
         ]
         content = fence(sections, self.marker)
@@ -207,10 +217,15 @@ async def build_context(
     profile: Mapping[str, Any] | str | None = None,
     notes: Sequence[str | Mapping[str, Any]] | None = None,
     recall: int = 0,
+    user_profile: bool = False,
+    memories: int = 0,
 ) -> BuiltContext:
     """The messages for one turn (see the module docstring for the rules)."""
     budget = check_int("max_tokens", max_tokens, minimum=1)
     recall_count = check_int("recall", recall, minimum=0)
+    memory_count = check_int("memories", memories, minimum=0)
+    if not isinstance(user_profile, bool):
+        raise InvalidInput("user_profile must be a bool")
     ratio = check_fraction("history_ratio", history_ratio)
     tokenizer = memory.config.tokenizer
 
@@ -239,13 +254,18 @@ async def build_context(
         history = drop_orphan_tool_results(history[1:])
         history_cost = sum(cost(m) for m in history)
 
+    fact_lines, memory_items = await _remembered(memory, user_id, asked, user_profile, memory_count)
+    profile_items += fact_lines
     recalled_items = await _recalled(memory, session_id, user_id, asked, recall_count)
-    block = _MemoryBlock([summary_text, *profile_items, *note_items, *recalled_items])
+    block = _MemoryBlock(
+        [summary_text, *profile_items, *note_items, *recalled_items, *memory_items]
+    )
+    kept_memories: list[str] = []
 
     def used(
         summary: str, kept_profile: list[str], kept_notes: list[str], kept_recalled: list[str]
     ) -> int:
-        note = block.render(summary, kept_profile, kept_notes, kept_recalled)
+        note = block.render(summary, kept_profile, kept_notes, kept_recalled, kept_memories)
         return request_cost + history_cost + (cost(note) if note is not None else 0)
 
     def fits(
@@ -271,12 +291,17 @@ async def build_context(
         if fits(summary_text, kept_profile, [*kept_notes, item]):
             kept_notes.append(item)
 
+    for item in memory_items:
+        kept_memories.append(item)
+        if not fits(summary_text, kept_profile, kept_notes):
+            kept_memories.pop()
+
     kept_recalled: list[str] = []
     for item in recalled_items:
         if fits(summary_text, kept_profile, kept_notes, [*kept_recalled, item]):
             kept_recalled.append(item)
 
-    note = block.render(summary_text, kept_profile, kept_notes, kept_recalled)
+    note = block.render(summary_text, kept_profile, kept_notes, kept_recalled, kept_memories)
     head: list[Message] = []
     memory_cost = 0
     summary_cost = 0
@@ -298,7 +323,32 @@ async def build_context(
         dropped_notes=len(note_items) - len(kept_notes),
         dropped_profile_lines=len(profile_items) - len(kept_profile),
         recalled_messages=len(kept_recalled),
+        memories_included=len(kept_memories),
     )
+
+
+async def _remembered(
+    memory: Memory, user_id: str, request: Message, profile: bool, count: int
+) -> tuple[list[str], list[str]]:
+    """Profile lines from the user's facts about themselves (with
+    ``profile``), and up to ``count`` other memories relevant to the
+    request, best first, rendered as lines for the memory message."""
+    facts = await memory.memories.profile(user_id) if profile else []
+    lines = [f"{fact.predicate.replace('_', ' ')}: {fact.object}" for fact in facts]
+    items: list[str] = []
+    if count and request.content.strip():
+        shown = {fact.id for fact in facts}
+        hits = await memory.memories.search(user_id, request.content, limit=count + len(shown))
+        for hit in hits:
+            record = hit.record
+            if record.id in shown:
+                continue
+            learned = f"{record.created_at:%Y-%m-%d}" if record.created_at else "?"
+            when = f"; about {record.event_date:%Y-%m-%d}" if record.event_date else ""
+            items.append(f"- [{record.kind}; learned {learned}{when}] {record.text}")
+            if len(items) == count:
+                break
+    return lines, items
 
 
 async def _recalled(

@@ -6,8 +6,9 @@ optional mapping, ``os.environ`` by default, looked up at the call (never at
 import). An unset or empty variable reads as None, so the caller's default
 applies; a value that does not parse raises ``InvalidInput`` naming the
 variable. The settings objects built from them live in ``config.py``
-(``MemoryConfig.from_env``, ``WorkerConfig.from_env``) and ``summarizers.py``
-(``summarizer_from_env``).
+(``MemoryConfig.from_env``, ``WorkerConfig.from_env``), ``summarizers.py``
+(``summarizer_from_env``), ``extractors.py`` (``extractor_from_env``) and
+``llm.py`` (``chat_endpoint_from_env``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ VARIABLES: dict[str, str] = {
     "REDISMEM_WORKER_NAME": "this worker's name in health checks (default HOST-PID)",
     "REDISMEM_SUMMARIZER": "keypoints (default), truncate or llm",
     "REDISMEM_SUMMARY_MAX_CHARS": "truncate: characters kept (default 2000)",
+    "REDISMEM_EXTRACTOR": "off (default), rules or llm: how the workers turn new messages of "
+    "indexed sessions into typed memories (llm: the REDISMEM_LLM_* endpoint)",
+    "REDISMEM_CONSOLIDATOR": "off (default) or llm: who decides about near-duplicate memories "
+    "the workers extract (llm: the REDISMEM_LLM_* endpoint; off keeps both)",
+    "REDISMEM_EXTRACT_QUIET": "seconds a session must be quiet before its new messages are "
+    "extracted (default 2)",
+    "REDISMEM_MEMORY_TTL": "seconds an extracted memory is kept after its last change, or none "
+    "(default 1 year)",
     "REDISMEM_LLM_BASE_URL": "llm: any OpenAI-compatible chat-completions endpoint",
     "REDISMEM_LLM_MODEL": "llm: the model to ask",
     "REDISMEM_LLM_API_KEY": "llm: the endpoint's API key, if it needs one",

@@ -8,10 +8,13 @@ Exception tree::
     │                       after retries with backoff
     ├── StoreError          Redis answered with an error (wrong type, refused
     │   │                   credentials, ...)
-    │   └── StoreFull       Redis is out of memory (maxmemory reached)
+    │   ├── StoreFull       Redis is out of memory (maxmemory reached)
+    │   └── VersionConflict a conditional write found another version; nothing written
     ├── CorruptData         a stored value failed to decode; names the key
     ├── ClientClosed        the Memory was used after ``aclose()``
     ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
+    ├── ExtractorError      an extractor failed (endpoint away, timeout, unusable
+    │                       output); retried by the workers
     ├── EmbedderError       an embedder failed (recall vectors)
     └── MissingDependency   (also ImportError) an optional package is not installed
 
@@ -25,6 +28,7 @@ __all__ = [
     "ClientClosed",
     "CorruptData",
     "EmbedderError",
+    "ExtractorError",
     "InvalidInput",
     "MissingDependency",
     "RedisMemError",
@@ -32,6 +36,7 @@ __all__ = [
     "StoreFull",
     "StoreUnavailable",
     "SummarizerError",
+    "VersionConflict",
 ]
 
 
@@ -63,6 +68,17 @@ class StoreFull(StoreError):
     ``noeviction``). Nothing of the call was stored."""
 
 
+class VersionConflict(StoreError):
+    """A conditional write (``if_version``) found the item at another version
+    (``current``: its live version, 0 when there is none). Nothing was written:
+    read it again and decide."""
+
+    def __init__(self, what: str, expected: int, current: int) -> None:
+        super().__init__(f"{what} is at version {current}, not {expected}: nothing was written")
+        self.expected = expected
+        self.current = current
+
+
 class CorruptData(RedisMemError):
     """A stored value could not be decoded.
 
@@ -81,6 +97,11 @@ class ClientClosed(RedisMemError):
 
 class SummarizerError(RedisMemError):
     """A summarizer failed to produce a usable summary."""
+
+
+class ExtractorError(RedisMemError):
+    """An extractor (or consolidator) failed: its endpoint was away or timed
+    out, or its output was unusable. The workers retry the job."""
 
 
 class EmbedderError(RedisMemError):

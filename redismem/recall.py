@@ -106,9 +106,12 @@ async def index_pass(
     session_id: str,
     cap: int = INDEX_BATCH,
     embedder: Embedder | None = None,
+    extracting: bool = False,
 ) -> IndexOutcome:
     """Index the session's next unindexed messages (at most ``cap``) once;
-    with ``embedder``, each doc keeps the vector of its text too."""
+    with ``embedder``, each doc keeps the vector of its text too.
+    ``extracting``: the caller extracts memories from what it indexes (see
+    ``redismem.extract``)."""
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
     keys = memory.layout.session(uid, sid)
@@ -144,7 +147,12 @@ async def index_pass(
         docs.append(_doc(sid, seq, entry, message, element, weights, vectors[offset]))
     until = first + len(messages) - 1
     status = await memory.scripts.index_commit(
-        keys, memory.layout.recall(uid), read=read, until_seq=until, docs=docs
+        keys,
+        memory.layout.recall(uid),
+        read=read,
+        until_seq=until,
+        docs=docs,
+        extracting=extracting,
     )
     if status == "gone":
         return IndexOutcome("gone")
@@ -482,16 +490,22 @@ async def _done(memory: Memory, user_id: str, session_id: str, seq: int, since_m
     """Whether the work due for the session's writes up to ``seq`` is done."""
     keys = memory.layout.session(user_id, session_id)
 
-    raw_pending, (iwm, rttl, wm, sumcfg) = await memory.atomic(
-        [("ZSCORE", keys.pending, session_id), ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg")],
+    raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await memory.atomic(
+        [
+            ("ZSCORE", keys.pending, session_id),
+            ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg", "xwm", "xbox"),
+        ],
         key=keys.meta,
     )
     if raw_pending is None or float(raw_pending) > since_ms:
         return True  # settled (or settled and marked again by a later write)
     # Still marked, as newer writes keep it: done once the writes up to
-    # ``seq`` are indexed and no longer leave a summarization backlog due.
-    if rttl is not None and int(iwm or 0) < seq:
+    # ``seq`` are indexed (and extracted, once workers extract) and no
+    # longer leave a summarization backlog due.
+    if rttl is not None and min(int(iwm or 0), int(xwm if xwm is not None else seq)) < seq:
         return False
+    if xbox is not None:
+        return False  # extracted memories not applied yet
     settings = SummarizeArgs.decode_optional(memory.layout.namespace, sumcfg or b"")
     if settings is None:
         return True

@@ -36,6 +36,7 @@ from .transport import ClusterLinks, Link
 
 __all__ = [
     "CommitResult",
+    "ExtractRead",
     "IndexDoc",
     "IndexRead",
     "PrepareResult",
@@ -48,8 +49,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_WITH_COMMON = ("write", "read", "touch", "snapshot", "clear", "prepare", "commit", "index_read")
-_PLAIN = ("sessions", "settle")
+_WITH_COMMON = (
+    "write",
+    "read",
+    "touch",
+    "snapshot",
+    "clear",
+    "prepare",
+    "commit",
+    "index_read",
+    "extract_read",
+)
+_PLAIN = ("sessions", "settle", "extract_commit", "extract_clear")
 #: Scripts prefixed with ``_recall.lua`` (the recall index helpers).
 _WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
 #: Scripts prefixed with both (``_common.lua`` first).
@@ -146,6 +157,22 @@ class IndexRead:
     entries: list[bytes]
     #: The stored messages just before ``first_seq``, oldest first.
     context: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractRead:
+    """What ``extract_read`` found: the indexed messages after the
+    extraction watermark, and an outbox not applied yet."""
+
+    seq: int
+    gen: str
+    xwm: int
+    #: Seq of ``messages[0]``; 0 when no indexed message waits.
+    first_seq: int
+    messages: list[bytes]
+    #: Whole entry records covering the messages, newest first.
+    entries: list[bytes]
+    outbox: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,9 +525,12 @@ class SessionScripts:
         read: IndexRead,
         until_seq: int,
         docs: Sequence[IndexDoc],
+        extracting: bool = False,
     ) -> str:
         """Add ``docs`` and move the index watermark to ``until_seq``, with
-        compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
+        compare-and-set on what ``read`` saw: "committed", "stale" or "gone".
+        ``extracting``: the workers extract memories too (the session's
+        extraction watermark starts with this commit, if not before)."""
         args: list[Any] = [
             read.gen,
             read.iwm,
@@ -508,6 +538,7 @@ class SessionScripts:
             read.recall_ttl_ms or 0,
             recall.prefix,
             len(docs),
+            "1" if extracting else "0",
         ]
         for doc in docs:
             postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
@@ -529,6 +560,35 @@ class SessionScripts:
         """Run the search script (arguments: see ``recall_search.lua``)."""
         found: list[Any] = await self._call("recall_search", recall.script_keys(), args)
         return found
+
+    async def extract_read(self, keys: SessionKeys, *, cap: int) -> ExtractRead:
+        """The session's indexed messages after its extraction watermark."""
+        seq, gen, xwm, first, messages, entries, outbox = await self._call(
+            "extract_read", keys.script_keys(), [cap]
+        )
+        return ExtractRead(
+            int(seq),
+            _text(gen),
+            int(xwm),
+            int(first),
+            messages,
+            entries,
+            None if outbox is None or outbox is False else bytes(outbox),
+        )
+
+    async def extract_commit(
+        self, keys: SessionKeys, *, read: ExtractRead, until_seq: int, outbox: bytes
+    ) -> str:
+        """Move the extraction watermark to ``until_seq`` and keep ``outbox``,
+        with compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
+        status = await self._call(
+            "extract_commit", [keys.meta], [read.gen, read.xwm, until_seq, outbox]
+        )
+        return {1: "committed", 0: "stale"}.get(int(status), "gone")
+
+    async def extract_clear(self, keys: SessionKeys, *, outbox: bytes) -> bool:
+        """Clear the applied ``outbox`` (unless it was replaced)."""
+        return bool(await self._call("extract_clear", [keys.meta], [outbox]))
 
     async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
         cleared = await self._call("settle", [keys.meta, keys.pending], [seq, session_id, gen])

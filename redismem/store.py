@@ -47,7 +47,7 @@ from .analysis import terms
 from .checks import check_int, check_optional_int, check_write_id
 from .codec import ms_to_datetime
 from .connection import scan_once
-from .errors import CorruptData, InvalidInput, StoreUnavailable
+from .errors import CorruptData, InvalidInput, StoreUnavailable, VersionConflict
 from .keys import (
     StoreKeys,
     escape_id,
@@ -485,6 +485,7 @@ class LongTermStore:
         ttl: float | None = None,
         source: dict[str, Any] | None = None,
         write_id: str | None = None,
+        if_version: int | None = None,
     ) -> Item:
         """Store ``value`` under ``(namespace, key)`` as a new version.
 
@@ -493,8 +494,41 @@ class LongTermStore:
         ``ttl``: seconds until the item (and its history) expires; None: the
         store's default. ``write_id`` names the put: re-sent with the same id
         (e.g. after ``StoreUnavailable``, whose ``write_id`` it is), it
-        creates no second version.
+        creates no second version. ``if_version``: put only if the item's
+        live version is this one (0: only if there is no live item), else
+        raise ``VersionConflict`` and write nothing: a read-modify-write
+        that loses no concurrent update.
         """
+        item = await self.put_guarded(
+            namespace,
+            key,
+            value,
+            index=index,
+            ttl=ttl,
+            source=source,
+            write_id=write_id,
+            if_version=if_version,
+        )
+        assert item is not None  # only a guarded put is ever refused
+        return item
+
+    async def put_guarded(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        *,
+        index: list[str] | Literal[False] | None = None,
+        ttl: float | None = None,
+        source: dict[str, Any] | None = None,
+        write_id: str | None = None,
+        if_version: int | None = None,
+        guard: tuple[str, str] | None = None,
+    ) -> Item | None:
+        """``put``, for redismem's own writers on behalf of a session:
+        ``guard`` is ``(key, gen)``, a hash in the tenant's slot (the
+        session's meta) whose ``gen`` field must still be ``gen``; returns
+        None, writing nothing, when it is not (the session was cleared)."""
         ns = _check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         item_value = _check_json_dict(value, "value")
@@ -502,6 +536,7 @@ class LongTermStore:
         paths = _check_index(index)
         ttl_arg = self._default_ttl_ms if ttl is None else _ttl_ms(ttl)
         op = check_write_id(write_id)
+        expected = "" if if_version is None else check_int("if_version", if_version)
         counts = _index_terms(item_value, paths)
         keys, ref = self._keys(ns[0]), store_ref(ns, item_key)
         pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
@@ -512,20 +547,27 @@ class LongTermStore:
             ttl_arg,
             _payload(item_value, item_source),
             sum(counts.values()),
+            expected,
+            "" if guard is None else guard[1],
             *pairs,
         ]
         script_keys = [
             *keys.tenant_keys(),
             keys.item(ref),
             keys.history(ref),
+            keys.item(ref) if guard is None else guard[0],
             *(keys.term(term) for term in counts),
         ]
         try:
-            _dup, version, created, updated = await self._run("store_put", script_keys, args)
+            status, version, created, updated = await self._run("store_put", script_keys, args)
         except StoreUnavailable as exc:
             exc.write_id = op
             exc.add_note(f"the put may still land: retry it with write_id={op!r}")
             raise
+        if status == -2:
+            return None
+        if status == -1:
+            raise VersionConflict(f"item {key!r} of {namespace!r}", int(expected), int(version))
         record = _Record(version, created, updated, False, item_value, item_source)
         return Item(**_fields(ns, item_key, record))
 
@@ -562,13 +604,22 @@ class LongTermStore:
         purge runs may survive it."""
         prefix = _check_namespace(namespace_prefix, "namespace_prefix")
         keys = self._keys(prefix[0])
-        args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH]
+        args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH, "0"]
         total = 0
         while True:
             removed, more = await self._run("store_purge", keys.tenant_keys(), args)
             total += int(removed)
             if not more:
                 return total
+
+    async def purge_item(self, namespace: tuple[str, ...], key: str) -> bool:
+        """Remove one item for good, with its history: True if there was one."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+        keys = self._keys(ns[0])
+        args = [*keys.key_prefixes(), store_ref(ns, item_key), 1, "1"]
+        removed, _more = await self._run("store_purge", keys.tenant_keys(), args)
+        return bool(removed)
 
     async def _prune(self, tenant: str) -> None:
         """Clean up after the tenant's expired items (a batch per script call)."""

@@ -99,6 +99,26 @@ local function entry_first_seq(record)
   return tonumber(string.match(record, '^(%d+),'))
 end
 
+-- The session's entry records from the newest back to the one holding
+-- message `first` (whole records, newest first).
+local function entries_covering(first)
+  local covering = {}
+  local step, stop = 16, -1
+  while true do
+    local part = redis.call('LRANGE', KEYS[3], stop - step + 1, stop)
+    local done = false
+    for i = #part, 1, -1 do
+      covering[#covering + 1] = part[i]
+      local start = entry_first_seq(part[i])
+      if start == nil or start <= first then done = true break end
+    end
+    if done or #part < step then break end
+    stop = stop - step
+    step = step * 2
+  end
+  return covering
+end
+
 -- Pop entry records whose messages all lie before `head` (the first stored seq).
 local function prune_entries(head)
   while true do

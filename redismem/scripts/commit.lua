@@ -23,9 +23,12 @@ local new_wm = tonumber(ARGV[2])
 local seq = tonumber(redis.call('HGET', KEYS[2], 'seq'))
 local len = redis.call('LLEN', KEYS[1])
 if new_wm > seq or new_wm < seq - len then return {0, 1} end
--- With indexing on, a message not yet indexed is never summarized away.
-local indexing = redis.call('HMGET', KEYS[2], 'rttl', 'iwm')
-if indexing[1] and ARGV[5] == '1' and new_wm > tonumber(indexing[2] or '0') then return {0, 1} end
+-- With indexing on, a message not yet indexed (nor, once the workers
+-- extract memories, extracted) is never summarized away.
+local indexing = redis.call('HMGET', KEYS[2], 'rttl', 'iwm', 'xwm', 'xbox')
+local floor = tonumber(indexing[2] or '0')
+if indexing[3] then floor = math.min(floor, tonumber(indexing[3])) end
+if indexing[1] and ARGV[5] == '1' and new_wm > floor then return {0, 1} end
 
 redis.call('SET', KEYS[5], ARGV[4])
 local pttl = redis.call('PTTL', KEYS[2])
@@ -39,8 +42,9 @@ if ARGV[5] == '1' then
 end
 
 local still = 1
--- The mark stays while messages wait for indexing (the job indexes them next).
-local indexed = not indexing[1] or tonumber(indexing[2] or '0') >= seq
+-- The mark stays while messages wait for indexing or extraction, or
+-- extracted memories wait in the outbox (the job does them next).
+local indexed = not indexing[1] or (floor >= seq and not indexing[4])
 if indexed and unsummarized_backlog(seq, len, new_wm, tonumber(ARGV[6])) < tonumber(ARGV[7]) then
   still = 0
   local since = redis.call('ZSCORE', KEYS[9], ARGV[8])

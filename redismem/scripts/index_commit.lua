@@ -8,7 +8,10 @@
 -- ARGV[1]  the incarnation (gen) the pass read   ARGV[2]  the watermark it read
 -- ARGV[3]  the new watermark (seq of the last message indexed)
 -- ARGV[4]  recall ttl in ms (0 = keep forever)   ARGV[5]  prefix of posting and filter keys
--- ARGV[6]  D, the number of docs; then per doc 4 arguments, oldest first:
+-- ARGV[6]  D, the number of docs
+-- ARGV[7]  "1" when the workers extract memories too: the session's
+--          extraction watermark starts (at 0) no later than its index
+-- ARGV[8..] per doc 4 arguments, oldest first:
 --          created_ms, "role|name terms|payload", filter key suffixes
 --          (space separated, the session's first), postings
 --          "term weight term weight ..."
@@ -32,11 +35,11 @@ local ndocs = tonumber(ARGV[6])
 local prev = redis.call('HGET', KEYS[2], 'ilast') or ''
 if prev ~= '' and ndocs > 0 then
   local held = redis.call('HGET', R_DKEYS, prev)
-  local own = string.match(ARGV[9], '^(%S+)')
+  local own = string.match(ARGV[10], '^(%S+)')
   if not held or not string.find(' ' .. held .. ' ', ' ' .. own .. ' ', 1, true) then prev = '' end
 end
 for d = 0, ndocs - 1 do
-  local at = 7 + 4 * d
+  local at = 8 + 4 * d
   local created = ARGV[at]
   local id = tostring(redis.call('HINCRBY', R_STATS, 'next', 1))
   redis.call('HSET', R_DOCS, id, created .. ',' .. deadline .. ',' .. ARGV[at + 1])
@@ -64,6 +67,7 @@ for d = 0, ndocs - 1 do
 end
 if ndocs > 0 then redis.call('HINCRBY', R_STATS, 'n', ndocs) end
 redis.call('HSET', KEYS[2], 'iwm', ARGV[3], 'ilast', prev)
+if ARGV[7] == '1' then redis.call('HSETNX', KEYS[2], 'xwm', 0) end
 
 -- No index key outlives its newest doc's deadline; with a recall ttl of 0
 -- (keep forever) the keys never expire.

@@ -30,19 +30,5 @@ local before = {}
 local from = math.max(head, first - context)
 if from < first then before = redis.call('LRANGE', KEYS[1], from - head, first - head - 1) end
 
--- Entry records from the newest back to the one holding `first`.
-local covering = {}
-local step, stop = 16, -1
-while true do
-  local part = redis.call('LRANGE', KEYS[3], stop - step + 1, stop)
-  local done = false
-  for i = #part, 1, -1 do
-    covering[#covering + 1] = part[i]
-    local start = entry_first_seq(part[i])
-    if start == nil or start <= first then done = true break end
-  end
-  if done or #part < step then break end
-  stop = stop - step
-  step = step * 2
-end
+local covering = entries_covering(first)
 return {seq, gen, iwm, rttl, first, msgs, covering, before}

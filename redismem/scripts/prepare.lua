@@ -10,6 +10,7 @@
 --          {"first_seq,created_ms" of covering entries, newest first}, gen,
 --          last: seq of the last candidate (the list holds one more),
 --          iwm: the index watermark, -1 when the writes are not indexed};
+-- candidates end at the extraction watermark `xwm` when there is one;
 -- seq is 0 when the session does not exist.
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local keep_recent = tonumber(ARGV[1])
@@ -28,6 +29,10 @@ local last = math.min(seq - keep_recent, first + cap - 1)
 -- The index watermark, or -1 when the session's writes are not indexed.
 local iwm = -1
 if meta[8] then iwm = tonumber(meta[7]) end
+-- Once the workers extract memories, no message is summarized before it
+-- was extracted (compaction would take it away first).
+local xwm = redis.call('HGET', KEYS[2], 'xwm')
+if meta[8] and xwm then last = math.min(last, tonumber(xwm)) end
 local summary = redis.call('GET', KEYS[5])
 local since = redis.call('ZSCORE', KEYS[9], ARGV[3])
 if last < first then return {seq, wm, len, summary, since, 0, {}, {}, gen, 0, iwm} end

@@ -1,14 +1,18 @@
 -- Clear a session's pending mark after a pass that found nothing to
 -- summarize, unless a write arrived since the pass read the session (or the
 -- session is another incarnation by now, with a backlog of its own), or
--- the session has messages not indexed yet.
+-- the session has messages not indexed (or not extracted) yet, or an
+-- extraction outbox not applied yet.
 -- KEYS[1]  meta of the session   KEYS[2]  pending (user index)
 -- ARGV[1]  the session's seq the pass observed   ARGV[2]  session id
 -- ARGV[3]  the incarnation (gen) the pass observed ("" when it found none)
 -- Returns 1 when the mark was cleared, 0 when a newer write keeps it.
-local meta = redis.call('HMGET', KEYS[1], 'seq', 'gen', 'rttl', 'iwm')
+local meta = redis.call('HMGET', KEYS[1], 'seq', 'gen', 'rttl', 'iwm', 'xwm', 'xbox')
 if meta[1] and (tonumber(meta[1]) ~= tonumber(ARGV[1]) or meta[2] ~= ARGV[3]) then return 0 end
--- Messages still waiting to be indexed keep the mark too.
-if meta[1] and meta[3] and tonumber(meta[4] or '0') < tonumber(meta[1]) then return 0 end
+-- Messages still waiting to be indexed or extracted keep the mark too, and
+-- so do extracted memories not applied yet (the outbox `xbox`).
+local done = tonumber(meta[4] or '0')
+if meta[5] then done = math.min(done, tonumber(meta[5])) end
+if meta[1] and meta[3] and (done < tonumber(meta[1]) or meta[6]) then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[2])
 return 1

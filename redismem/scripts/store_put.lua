@@ -4,15 +4,22 @@
 -- of the first application.
 -- KEYS[1..9]   the tenant's store keys (see store_common.lua)
 -- KEYS[10]     the item's key   KEYS[11] its history
--- KEYS[12..]   the postings of the item's terms, in the order of ARGV[9..]
+-- KEYS[12]     guard: a hash of the tenant whose field `gen` must equal
+--              ARGV[10] (any key when ARGV[10] is "")
+-- KEYS[13..]   the postings of the item's terms, in the order of ARGV[11..]
 -- ARGV[1..3]   key prefixes (see store_common.lua)
 -- ARGV[4]      the item ref
 -- ARGV[5]      write id
 -- ARGV[6]      ttl in ms (0 = never expires)
 -- ARGV[7]      the record payload (msgpack)
 -- ARGV[8]      number of indexed terms (BM25 document length)
--- ARGV[9..]    pairs: escaped term, its frequency (none: not searchable)
--- Returns {duplicate, version, created_ms, updated_ms}.
+-- ARGV[9]      "" or the live version the item must be at (0: no live item)
+-- ARGV[10]     "" or the `gen` the guard hash must hold (a session's
+--              incarnation: a put on behalf of a cleared session is refused)
+-- ARGV[11..]   pairs: escaped term, its frequency (none: not searchable)
+-- Returns {status, version, created_ms, updated_ms}: status 0 applied, 1 a
+-- re-send (the first application's result), -1 refused by ARGV[9] (version
+-- is the live one, 0 when none), -2 refused by the guard.
 local ref, op, ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
 
 local seen = redis.call('HGET', KEYS[8], op)
@@ -20,13 +27,24 @@ if seen then
   local v, c, u = string.match(seen, '^(%d+),(%d+),(%d+)$')
   return {1, tonumber(v), tonumber(c), tonumber(u)}
 end
+if ARGV[10] ~= '' and redis.call('HGET', KEYS[12], 'gen') ~= ARGV[10] then
+  return {-2, 0, 0, 0}
+end
 
 prune(real_now(), PRUNE_BATCH)  -- first: it drops the clock of an emptied tenant
 settle(ref)
+local old = redis.call('GET', KEYS[10])
+if ARGV[9] ~= '' then
+  local live = 0
+  if old then live = parse_record(old) end
+  if live ~= tonumber(ARGV[9]) then
+    drop_if_empty()
+    return {-1, live, 0, 0}
+  end
+end
 local now = clock()
 
 local version, created = 1, now
-local old = redis.call('GET', KEYS[10])
 if old then
   local v, c = parse_record(old)
   version, created = v + 1, c
@@ -38,7 +56,7 @@ end
 
 unindex(ref)
 redis.call('SET', KEYS[10], version .. ',' .. created .. ',' .. now .. ',p,' .. ARGV[7])
-index(ref, 9, 12, tonumber(ARGV[8]))
+index(ref, 11, 13, tonumber(ARGV[8]))
 add_live(ref, now)
 redis.call('ZADD', KEYS[1], 0, ref)
 set_deadline(ref, now, ttl)

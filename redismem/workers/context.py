@@ -53,7 +53,10 @@ async def memory_for(ctx: dict[str, Any], namespace: str) -> Memory:
     """The worker's ``Memory`` for a namespace, opened on first use."""
     memories: dict[str, Memory] = ctx["memories"]
     if namespace not in memories:
-        memories[namespace] = await Memory.connect(config_of(ctx).url, namespace=namespace)
+        config = config_of(ctx)
+        memories[namespace] = await Memory.connect(
+            config.url, namespace=namespace, memory_ttl=config.memory_ttl
+        )
     return memories[namespace]
 
 

@@ -43,7 +43,8 @@ class InProcessWorker:
     """Run summarization jobs in this process: ``async with InProcessWorker(url): ...``.
 
     Settings not given come from the environment (``WorkerConfig.from_env``),
-    read when the worker is created; ``config`` gives them all at once.
+    read when the worker is created; ``options`` are more ``WorkerConfig``
+    settings (``extractor=RuleExtractor()``); ``config`` gives them all at once.
     """
 
     def __init__(
@@ -54,9 +55,10 @@ class InProcessWorker:
         namespaces: list[str] | None = None,
         queue_name: str | None = None,
         config: WorkerConfig | None = None,
+        **options: Any,
     ) -> None:
         if config is None:
-            given: dict[str, Any] = {"url": url, "queue_url": url}
+            given: dict[str, Any] = {"url": url, "queue_url": url, **options}
             if summarizer is not None:
                 given["summarizer"] = summarizer
             if namespaces:

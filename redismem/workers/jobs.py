@@ -39,16 +39,18 @@ from typing import Any
 from arq import Retry
 
 from redismem.client import Memory
+from redismem.config import WorkerConfig
 from redismem.connection import scan_once
-from redismem.embeddings import Embedder
 from redismem.errors import (
     CorruptData,
     EmbedderError,
+    ExtractorError,
     InvalidInput,
     RedisMemError,
     StoreUnavailable,
     SummarizerError,
 )
+from redismem.extract import ExtractOutcome, extract_pass
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
 from redismem.recall import IndexOutcome, index_pass
@@ -72,7 +74,7 @@ MAX_TRIES = 4
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
 #: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
-TRANSIENT_ERRORS = (SummarizerError, EmbedderError, StoreUnavailable)
+TRANSIENT_ERRORS = (SummarizerError, EmbedderError, ExtractorError, StoreUnavailable)
 
 
 def retry_delay(tries: int) -> float:
@@ -113,6 +115,8 @@ class _Progress:
     status: str = "ok"
     summarized: int = 0
     indexed: int = 0
+    extracted: int = 0
+    memories: int = 0
     passes: int = 0
 
 
@@ -156,6 +160,8 @@ async def summarize_session(
         "status": progress.status,
         "summarized": progress.summarized,
         "indexed": progress.indexed,
+        "extracted": progress.extracted,
+        "memories": progress.memories,
         "passes": progress.passes,
     }
 
@@ -187,14 +193,30 @@ async def _summarize(
     else:
         args = SummarizeArgs.decode_optional(namespace, settings)
     stats = stats_for(ctx, memory.layout)
+    if config.extractor is None:
+        # Extraction was turned off (or never on): its watermark must not
+        # hold back compaction or the pending mark.
+        meta = memory.layout.session(user_id, session_id).meta
+        await memory.call(lambda redis: redis.hdel(meta, "xwm", "xbox"))
     deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
         index = await _index_until_idle(
-            memory, config.embedder_object, stats, progress, user_id, session_id, deadline
+            memory, config, stats, progress, user_id, session_id, deadline
         )
         if index.status == "timeout":  # out of time: go on in a new job
             await _continue_later(ctx, user_id, session_id, namespace, args)
             break
+        if index.status != "gone" and config.extractor is not None:
+            extracted = await _extract_until_idle(
+                memory, config, stats, progress, user_id, session_id, deadline
+            )
+            if extracted.status in ("wait", "timeout"):
+                # A burst is still being written (or out of time): come back
+                # when it is over. The mark stays, so the sweep also would.
+                await _continue_later(
+                    ctx, user_id, session_id, namespace, args, delay=extracted.wait
+                )
+                break
         if index.status == "gone":
             outcome = SummarizeOutcome("gone")
         elif args is None:
@@ -238,7 +260,7 @@ async def _summarize(
 
 async def _index_until_idle(
     memory: Memory,
-    embedder: Embedder | None,
+    config: WorkerConfig,
     stats: Any,
     progress: _Progress,
     user_id: str,
@@ -249,7 +271,11 @@ async def _index_until_idle(
     ("idle" or "gone"), or "timeout" when the job ran out of time first."""
     while True:
         outcome = await index_pass(
-            memory, user_id=user_id, session_id=session_id, embedder=embedder
+            memory,
+            user_id=user_id,
+            session_id=session_id,
+            embedder=config.embedder_object,
+            extracting=config.extractor is not None,
         )
         if outcome.status in ("idle", "gone"):
             return outcome
@@ -260,15 +286,49 @@ async def _index_until_idle(
             return IndexOutcome("timeout")
 
 
+async def _extract_until_idle(
+    memory: Memory,
+    config: WorkerConfig,
+    stats: Any,
+    progress: _Progress,
+    user_id: str,
+    session_id: str,
+    deadline: float,
+) -> ExtractOutcome:
+    """Extract memories from the session's indexed messages: the last
+    pass's outcome ("idle", "gone" or "wait"), or "timeout"."""
+    while True:
+        outcome = await extract_pass(
+            memory,
+            config.extractor,
+            user_id=user_id,
+            session_id=session_id,
+            quiet=config.extract_quiet,
+            extractor_timeout=config.summarizer_timeout,
+            consolidator=config.consolidator,
+        )
+        if outcome.memories:
+            progress.memories += outcome.memories
+            await stats.incr(memories_added=outcome.memories)
+        if outcome.status in ("idle", "gone", "wait"):
+            return outcome
+        if outcome.status == "extracted":
+            progress.extracted += outcome.messages
+            await stats.incr(messages_extracted=outcome.messages)
+        if time.monotonic() > deadline:
+            return ExtractOutcome("timeout")
+
+
 async def _continue_later(
     ctx: dict[str, Any],
     user_id: str,
     session_id: str,
     namespace: str,
     args: SummarizeArgs | None,
+    delay: float = 0.0,
 ) -> None:
     episode = f"{int(time.time() * 1000)}"
-    await queue_of(ctx).enqueue(user_id, session_id, episode, namespace, args, delay=0)
+    await queue_of(ctx).enqueue(user_id, session_id, episode, namespace, args, delay=delay)
 
 
 async def _give_up(

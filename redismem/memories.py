@@ -1,0 +1,855 @@
+"""Typed long-term memories of a user (``mem.memories``), on the long-term store.
+
+Each record (``redismem.memory_models``) is one store item under
+``(user_id, "memories")``, keyed by its id; every change is a new version
+of that item, so ``history`` explains every state a record went through,
+with the change and its reason. Document chunks are items of their own,
+under ``(user_id, "memories-chunks", document_id)``, searchable one by one.
+Lookup items under ``(user_id, "memories-keys")`` find a record by its
+normalized text (exact duplicates) and a fact by its subject and
+single-valued predicate (the current value).
+
+How ``add`` consolidates, deterministically:
+
+* **Exact duplicate** (same kind and normalized text as an active record):
+  the new source is added to that record, which is refreshed; no copy.
+* **Superseded** (a fact with the subject and a single-valued predicate of
+  an active fact, and another object): the new fact is added, the old one is
+  kept with status ``superseded``; they link to each other (``supersedes``,
+  ``superseded_by``, ``superseded_at``).
+* **Near duplicate** (with a ``Consolidator``): the records most like the
+  new one, by keyword search, go to it; its decision (add, update, no-op,
+  delete) is applied and recorded in the history of the records it touched.
+
+Nothing is removed by these: ``delete`` marks a record ``deleted``, and only
+``purge`` removes records for good (a data-deletion request).
+
+Concurrency and faults: every put is conditional on the version read
+(``if_version``), so concurrent adds never overwrite each other: the loser
+reads again and re-decides. An ``add`` is idempotent per ``write_id``: its
+record id derives from it, and its steps (new record, superseded old one,
+lookup items, in that order) each check what is already done, so an add
+re-run after a crash or a timeout finishes what the first run started and
+adds nothing twice. Writes on behalf of a session carry a guard (the
+session's incarnation), so a session cleared meanwhile gets no memories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from .checks import check_int, check_tags, check_write_id
+from .codec import ms_to_datetime
+from .errors import CorruptData, InvalidInput, VersionConflict
+from .keys import validate_id
+from .memory_models import (
+    MEMORY_KINDS,
+    Action,
+    Document,
+    DocumentChunk,
+    Fact,
+    Goal,
+    MemoryChange,
+    MemoryKind,
+    MemoryRecord,
+    MemoryStatus,
+    Provenance,
+    Relationship,
+    Task,
+    normalize_predicate,
+    normalize_text,
+)
+from .store import Item, ItemVersion
+
+if TYPE_CHECKING:
+    from .client import Memory
+    from .consolidators import Consolidator
+
+__all__ = ["AddOutcome", "AddResult", "MemoryHit", "Memories"]
+
+AddOutcome = Literal["added", "duplicate", "superseded", "updated", "noop"]
+
+RECORDS = "memories"
+CHUNKS = "memories-chunks"
+LOOKUPS = "memories-keys"
+#: The fields of a record whose words are searchable.
+_INDEXED = ["text", "title", "summary", "subject", "object", "target", "name", "result"]
+#: Tries of one ``add`` against concurrent changes before giving up.
+_MAX_TRIES = 16
+#: Characters per document chunk (cut at a word boundary), and the overlap.
+CHUNK_CHARS = 800
+_STATUSES = ("active", "superseded", "deleted")
+_RECORD = TypeAdapter[Any](MemoryRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What ``add`` did: the record now holding the memory, and how."""
+
+    record: MemoryRecord
+    outcome: AddOutcome
+    #: The record the new one superseded, updated or deleted, if any.
+    other: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    record: MemoryRecord
+    #: Keyword relevance to the query (None without one).
+    score: float | None
+    #: For a document found by one of its chunks: that chunk's index.
+    chunk: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    record: MemoryRecord
+    version: int
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+
+
+def _text_key(record: MemoryRecord) -> str:
+    return "t" + _digest(record.kind, normalize_text(record.text))
+
+
+def _slot_key(fact: Fact) -> str:
+    return "s" + _digest(normalize_text(fact.subject), normalize_predicate(fact.predicate))
+
+
+def _record_id(op: str) -> str:
+    return "m" + _digest("record", op)
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def chunk_text(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """``text`` cut into pieces of at most ``size`` characters, at spaces
+    where there are any; every character lands in exactly one piece."""
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > size:
+        cut = rest.rfind(" ", size // 2, size)
+        cut = size if cut <= 0 else cut + 1
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+    if rest or not pieces:
+        pieces.append(rest)
+    return pieces
+
+
+def _check_record(record: object) -> MemoryRecord:
+    if isinstance(record, dict):
+        values = record
+    elif isinstance(record, Fact | Document | Relationship | Goal | Task | Action):
+        # Validated again: a model may have been changed after it was built.
+        values = record.model_dump()
+    else:
+        raise InvalidInput(
+            "record must be a Fact, Document, Relationship, Goal, Task or Action, "
+            f"not {type(record).__name__}"
+        )
+    try:
+        return _RECORD.validate_python(values)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise InvalidInput(f"not a valid memory record: {exc}") from exc
+
+
+def _check_kinds(kinds: object) -> list[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if not isinstance(kinds, list | tuple) or not kinds:
+        raise InvalidInput(f"kinds must be a kind or a non-empty list of kinds, not {kinds!r}")
+    for kind in kinds:
+        if kind not in MEMORY_KINDS:
+            raise InvalidInput(f"unknown memory kind {kind!r}; kinds are {MEMORY_KINDS}")
+    return list(kinds)
+
+
+def _check_statuses(status: object) -> list[str] | None:
+    if status is None or status == "any":
+        return None
+    if isinstance(status, str):
+        status = [status]
+    if not isinstance(status, list | tuple) or not status:
+        raise InvalidInput(f"status must be a status, a list of them or 'any', not {status!r}")
+    for one in status:
+        if one not in _STATUSES:
+            raise InvalidInput(f"unknown status {one!r}; statuses are {_STATUSES} or 'any'")
+    return list(status)
+
+
+def _check_time(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidInput(f"{name} must be a timezone-aware datetime or None")
+    return int(value.timestamp() * 1000)
+
+
+def _range(field: str, after: int | None, before: int | None) -> dict[str, Any]:
+    condition: dict[str, Any] = {}
+    if after is not None:
+        condition["$gte"] = after
+    if before is not None:
+        condition["$lt"] = before
+    return {field: condition} if condition else {}
+
+
+class Memories:
+    """A user's typed long-term memories (see the module docstring)."""
+
+    def __init__(self, memory: Memory, *, consolidator: Consolidator | None = None) -> None:
+        self._memory = memory
+        self._consolidator = consolidator
+        ttl_ms = memory.config.memory_ttl_ms
+        #: Seconds a record, its lookups and chunks live after their last put.
+        self._ttl = None if ttl_ms is None else ttl_ms / 1000
+
+    @property
+    def consolidator(self) -> Consolidator | None:
+        return self._consolidator
+
+    # -- storage helpers ------------------------------------------------------------
+
+    def _decode(self, item: Item) -> MemoryRecord:
+        value = dict(item.value)
+        value.pop("change", None)
+        value.pop("reason", None)
+        value.pop("created_ms", None)
+        value.pop("event_ms", None)
+        value.pop("norm", None)
+        value["id"] = item.key
+        value["updated_at"] = item.updated_at
+        created = item.value.get("created_ms")
+        value["created_at"] = (
+            ms_to_datetime(created) if isinstance(created, int) else item.created_at
+        )
+        try:
+            return _RECORD.validate_python(value)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise CorruptData(f"memory {item.key!r} of {item.namespace!r}", str(exc)) from exc
+
+    def _encode(self, record: MemoryRecord, change: str, reason: str) -> dict[str, Any]:
+        value = record.model_dump(mode="json", exclude={"id", "created_at", "updated_at"})
+        value["change"] = change
+        value["reason"] = reason
+        value["created_ms"] = _ms(record.created_at) or int(time.time() * 1000)
+        value["event_ms"] = _ms(record.event_date)
+        value["norm"] = normalize_text(record.text)
+        return value
+
+    async def _get(self, user_id: str, memory_id: str) -> _Stored | None:
+        item = await self._memory.store.get((user_id, RECORDS), memory_id)
+        if item is None:
+            return None
+        return _Stored(self._decode(item), item.version)
+
+    async def _put(
+        self,
+        user_id: str,
+        record: MemoryRecord,
+        *,
+        version: int,
+        change: str,
+        reason: str,
+        write_id: str | None,
+        guard: tuple[str, str] | None,
+    ) -> bool:
+        """Put ``record`` if its item is at ``version`` (0: none): False when
+        the guard refused it (the session is gone); ``VersionConflict`` when
+        the version moved."""
+        put = await self._memory.store.put_guarded(
+            (user_id, RECORDS),
+            record.id,
+            self._encode(record, change, reason),
+            index=_INDEXED,
+            ttl=self._ttl,
+            write_id=write_id,
+            if_version=version,
+            guard=guard,
+        )
+        if put is not None and isinstance(record, Document):
+            await self._put_chunks(user_id, record, guard)
+        return put is not None
+
+    async def _put_chunks(
+        self, user_id: str, document: Document, guard: tuple[str, str] | None
+    ) -> None:
+        namespace = (user_id, CHUNKS, document.id)
+        await self._memory.store.purge(namespace)
+        for chunk in document.chunks:
+            # The record's filter fields, so a chunk matches the filters its
+            # document matches.
+            value = {
+                "document": document.id,
+                "index": chunk.index,
+                "text": chunk.text,
+                "status": document.status,
+                "tags": document.tags,
+                "created_ms": _ms(document.created_at),
+                "event_ms": _ms(document.event_date),
+            }
+            await self._memory.store.put_guarded(
+                namespace, f"c{chunk.index}", value, index=["text"], ttl=self._ttl, guard=guard
+            )
+
+    async def _lookup(self, user_id: str, key: str) -> tuple[str | None, int]:
+        item = await self._memory.store.get((user_id, LOOKUPS), key)
+        if item is None:
+            return None, 0
+        target = item.value.get("id")
+        return (target if isinstance(target, str) else None), item.version
+
+    async def _point(
+        self,
+        user_id: str,
+        key: str,
+        target: str,
+        version: int,
+        guard: tuple[str, str] | None,
+    ) -> None:
+        await self._memory.store.put_guarded(
+            (user_id, LOOKUPS),
+            key,
+            {"id": target},
+            index=False,
+            ttl=self._ttl,
+            if_version=version,
+            guard=guard,
+        )
+
+    # -- writes ---------------------------------------------------------------------
+
+    async def add(
+        self,
+        user_id: str,
+        record: MemoryRecord | dict[str, Any],
+        *,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+    ) -> AddResult:
+        """Remember ``record`` for ``user_id``, consolidated with what is
+        remembered already (see the module docstring): a ``Fact``,
+        ``Document``, ``Relationship``, ``Goal``, ``Task`` or ``Action`` (or
+        its dict). ``source`` is the record's provenance (default: the
+        record's own last source, else an "api" one); ``write_id`` names the
+        add: re-sent with the same id (after ``StoreUnavailable``), it adds
+        nothing twice and finishes what the first try started."""
+        result = await self.add_guarded(user_id, record, source=source, write_id=write_id)
+        assert result is not None  # only a guarded add is ever refused
+        return result
+
+    async def add_guarded(
+        self,
+        user_id: str,
+        record: MemoryRecord | dict[str, Any],
+        *,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+        guard: tuple[str, str] | None = None,
+    ) -> AddResult | None:
+        """``add``, for redismem's workers, on behalf of a session: ``guard``
+        is the session's ``(meta key, gen)``; None is returned, and nothing
+        added, once that session was cleared."""
+        uid = validate_id(user_id, "user_id")
+        new = _check_record(record)
+        op = check_write_id(write_id)
+        if source is not None and not isinstance(source, Provenance):
+            raise InvalidInput(f"source must be a Provenance, not {type(source).__name__}")
+        base = source or (new.sources[-1] if new.sources else Provenance())
+        provenance = base.model_copy(update={"write_id": op, "at": base.at or _now()})
+        if isinstance(new, Document) and not new.chunks:
+            pieces = chunk_text(new.text)
+            new = new.model_copy(
+                update={"chunks": [DocumentChunk(index=i, text=t) for i, t in enumerate(pieces)]}
+            )
+        new = new.model_copy(
+            update={
+                "id": _record_id(op),
+                "sources": [provenance],
+                "status": "active",
+                "created_at": new.created_at or _now(),
+            }
+        )
+        for attempt in range(_MAX_TRIES):
+            try:
+                return await self._add_once(uid, new, op, guard)
+            except VersionConflict:
+                # Someone changed a record or lookup this add read: read again.
+                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+        raise VersionConflict(f"memories of {uid!r}", 0, 0)
+
+    async def _add_once(
+        self, uid: str, new: MemoryRecord, op: str, guard: tuple[str, str] | None
+    ) -> AddResult | None:
+        text_key = _text_key(new)
+        mine = await self._get(uid, new.id)
+        same_id, same_version = await self._lookup(uid, text_key)
+        if same_id is not None and same_id != new.id:
+            same = await self._get(uid, same_id)
+            if (
+                same is not None
+                and same.record.status == "active"
+                and normalize_text(same.record.text) == normalize_text(new.text)
+            ):
+                result = await self._add_source(uid, same, new, op, guard)
+                if mine is not None:
+                    # This add put its record, then lost the race for the
+                    # text to a concurrent add of the same memory: its
+                    # record (never returned, nothing links to it yet) goes.
+                    await self._memory.store.purge((uid, CHUNKS, new.id))
+                    await self._memory.store.purge_item((uid, RECORDS), new.id)
+                return result
+        if mine is not None and mine.record.status != "active":
+            # This add finished long ago and its record changed since.
+            return AddResult(mine.record, "added")
+
+        old: _Stored | None = None
+        slot_key: str | None = None
+        slot_id: str | None = None
+        slot_version = 0
+        if isinstance(new, Fact) and new.is_single_valued():
+            slot_key = _slot_key(new)
+            slot_id, slot_version = await self._lookup(uid, slot_key)
+            if slot_id is not None and slot_id != new.id:
+                old = await self._current(uid, slot_id, new.id)
+                if old is not None and not self._same_slot(old.record, new):
+                    old = None
+                if (
+                    old is not None
+                    and isinstance(old.record, Fact)
+                    and normalize_text(old.record.object) == normalize_text(new.object)
+                    and mine is None
+                ):
+                    # The same value said in other words: one more source.
+                    return await self._add_source(uid, old, new, op, guard)
+
+        decided: AddResult | None = None
+        if old is None and mine is None and self._consolidator is not None:
+            decided = await self._consult(uid, new, op, guard)
+            if decided is not None and decided.outcome in ("noop", "updated"):
+                return decided
+
+        outcome: AddOutcome = "added"
+        if old is not None:
+            new = new.model_copy(update={"supersedes": old.record.id})
+            outcome = "superseded"
+        if mine is None:
+            if not await self._put(
+                uid, new, version=0, change="added", reason="", write_id=None, guard=guard
+            ):
+                return None
+        elif old is not None and mine.record.supersedes != old.record.id:
+            new = mine.record.model_copy(update={"supersedes": old.record.id})
+            if not await self._put(
+                uid,
+                new,
+                version=mine.version,
+                change="added",
+                reason=f"supersedes {old.record.id}",
+                write_id=None,
+                guard=guard,
+            ):
+                return None
+        else:
+            new = mine.record
+            if new.supersedes is not None:
+                outcome = "superseded"
+        if same_id != new.id:
+            # Claim the text before anything links to the new record.
+            await self._point(uid, text_key, new.id, same_version, guard)
+        if old is not None:
+            at = _now()
+            retired = old.record.model_copy(
+                update={"status": "superseded", "superseded_by": new.id, "superseded_at": at}
+            )
+            if not await self._put(
+                uid,
+                retired,
+                version=old.version,
+                change="superseded",
+                reason=f"superseded by {new.id}",
+                write_id=None,
+                guard=guard,
+            ):
+                return None
+        if slot_key is not None and slot_id != new.id:
+            # Conditional on the slot as read above: an add that moved it
+            # since makes this one read again and supersede that one.
+            await self._point(uid, slot_key, new.id, slot_version, guard)
+        if decided is not None and decided.outcome == "added" and decided.other:
+            return AddResult(new, "added", decided.other)
+        return AddResult(new, outcome, old.record.id if old else None)
+
+    async def _current(self, uid: str, start: str, mine: str) -> _Stored | None:
+        """The active end of the superseded chain from ``start`` (the slot
+        may lag behind an add that superseded its record and has not moved
+        it yet, or died before); None if the chain ends at ``mine`` or at a
+        deleted record."""
+        at = await self._get(uid, start)
+        for _hop in range(64):
+            if at is None or at.record.status == "active":
+                return at
+            following = at.record.superseded_by
+            if at.record.status != "superseded" or following is None or following == mine:
+                return None
+            at = await self._get(uid, following)
+        return None
+
+    @staticmethod
+    def _same_slot(old: MemoryRecord, new: Fact) -> bool:
+        return (
+            isinstance(old, Fact)
+            and normalize_text(old.subject) == normalize_text(new.subject)
+            and normalize_predicate(old.predicate) == normalize_predicate(new.predicate)
+        )
+
+    async def _add_source(
+        self,
+        uid: str,
+        same: _Stored,
+        new: MemoryRecord,
+        op: str,
+        guard: tuple[str, str] | None,
+        outcome: AddOutcome = "duplicate",
+    ) -> AddResult | None:
+        record = same.record
+        if any(s.write_id == op for s in record.sources):
+            return AddResult(record, outcome)  # a re-send of this very add
+        refreshed = record.model_copy(
+            update={
+                "sources": [*record.sources, *new.sources],
+                "confidence": max(record.confidence, new.confidence),
+                "event_date": new.event_date or record.event_date,
+            }
+        )
+        if not await self._put(
+            uid,
+            refreshed,
+            version=same.version,
+            change="source_added",
+            reason=f"said again ({new.sources[-1].origin})" if new.sources else "said again",
+            write_id=None,
+            guard=guard,
+        ):
+            return None
+        return AddResult(refreshed, outcome)
+
+    async def _consult(
+        self, uid: str, new: MemoryRecord, op: str, guard: tuple[str, str] | None
+    ) -> AddResult | None:
+        """Ask the consolidator about the records most like ``new``."""
+        assert self._consolidator is not None
+        hits = await self.search(uid, new.text, kinds=[new.kind], limit=5)
+        existing = [hit.record for hit in hits]
+        if not existing:
+            return None
+        decision = await self._consolidator.decide(new, existing)
+        if decision.action == "add":
+            return None
+        target = next((r for r in existing if r.id == decision.target), None)
+        if target is None:
+            return None
+        stored = await self._get(uid, target.id)
+        if stored is None or stored.record.status != "active":
+            return None
+        if decision.action == "noop":
+            return await self._add_source(uid, stored, new, op, guard, "noop")
+        if decision.action == "update":
+            text = decision.text or new.text
+            changed = stored.record.model_copy(
+                update={"text": text, "sources": [*stored.record.sources, *new.sources]}
+            )
+            if not await self._put(
+                uid,
+                changed,
+                version=stored.version,
+                change="updated",
+                reason=decision.reason or "merged with a near duplicate",
+                write_id=None,
+                guard=guard,
+            ):
+                return None
+            return AddResult(changed, "updated", stored.record.id)
+        # delete: the new record replaces one it contradicts.
+        gone = stored.record.model_copy(update={"status": "deleted"})
+        if not await self._put(
+            uid,
+            gone,
+            version=stored.version,
+            change="deleted",
+            reason=decision.reason or f"contradicted by {new.id}",
+            write_id=None,
+            guard=guard,
+        ):
+            return None
+        return AddResult(new, "added", stored.record.id)
+
+    async def update(
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        reason: str = "",
+        source: Provenance | None = None,
+        **changes: Any,
+    ) -> MemoryRecord:
+        """Correct a record (e.g. ``text=``, ``object=``, ``tags=``): a new
+        version, recorded in its history with ``reason``. ``InvalidInput``
+        for an unknown id or fields the record's kind does not have."""
+        uid = validate_id(user_id, "user_id")
+        mid = validate_id(memory_id, "memory_id")
+        forbidden = {"id", "kind", "sources", "created_at", "updated_at", "status"} & set(changes)
+        if forbidden:
+            raise InvalidInput(f"update cannot change {sorted(forbidden)}")
+        if not isinstance(reason, str):
+            raise InvalidInput("reason must be a str")
+        for _attempt in range(_MAX_TRIES):
+            stored = await self._get(uid, mid)
+            if stored is None:
+                raise InvalidInput(f"no memory {mid!r} for user {uid!r}")
+            values = stored.record.model_dump()
+            unknown = set(changes) - set(values)
+            if unknown:
+                raise InvalidInput(f"a {stored.record.kind} has no field(s) {sorted(unknown)}")
+            values.update(changes)
+            values["sources"] = [
+                *stored.record.sources,
+                source or Provenance(origin="api", at=_now()),
+            ]
+            changed = _check_record(values)
+            if isinstance(changed, Document) and "text" in changes and "chunks" not in changes:
+                pieces = chunk_text(changed.text)
+                changed = changed.model_copy(
+                    update={
+                        "chunks": [DocumentChunk(index=i, text=t) for i, t in enumerate(pieces)]
+                    }
+                )
+            try:
+                await self._put(
+                    uid,
+                    changed,
+                    version=stored.version,
+                    change="updated",
+                    reason=reason,
+                    write_id=None,
+                    guard=None,
+                )
+            except VersionConflict:
+                continue
+            if normalize_text(changed.text) != normalize_text(stored.record.text):
+                key = _text_key(changed)
+                _current, version = await self._lookup(uid, key)
+                await self._point(uid, key, changed.id, version, None)
+            got = await self._get(uid, mid)
+            assert got is not None
+            return got.record
+        raise VersionConflict(f"memory {mid!r}", 0, 0)
+
+    async def delete(self, user_id: str, memory_id: str, *, reason: str = "") -> bool:
+        """Mark a record ``deleted`` (kept, with its history; ``purge``
+        removes it for good). False when there is no such active record."""
+        return await self._set_status(user_id, memory_id, "deleted", reason)
+
+    async def restore(self, user_id: str, memory_id: str, *, reason: str = "") -> bool:
+        """Make a deleted or superseded record active again."""
+        return await self._set_status(user_id, memory_id, "active", reason)
+
+    async def _set_status(
+        self, user_id: str, memory_id: str, status: MemoryStatus, reason: str
+    ) -> bool:
+        uid = validate_id(user_id, "user_id")
+        mid = validate_id(memory_id, "memory_id")
+        if not isinstance(reason, str):
+            raise InvalidInput("reason must be a str")
+        for _attempt in range(_MAX_TRIES):
+            stored = await self._get(uid, mid)
+            if stored is None or stored.record.status == status:
+                return False
+            if status != "active" and stored.record.status != "active":
+                return False
+            changed = stored.record.model_copy(update={"status": status})
+            try:
+                await self._put(
+                    uid,
+                    changed,
+                    version=stored.version,
+                    change="deleted" if status == "deleted" else "restored",
+                    reason=reason,
+                    write_id=None,
+                    guard=None,
+                )
+            except VersionConflict:
+                continue
+            return True
+        raise VersionConflict(f"memory {mid!r}", 0, 0)
+
+    async def purge(self, user_id: str, memory_id: str | None = None) -> int:
+        """Remove for good one record (with its history and chunks), or all
+        of the user's memories. Returns the number of records removed."""
+        uid = validate_id(user_id, "user_id")
+        store = self._memory.store
+        if memory_id is None:
+            removed = await store.purge((uid, RECORDS))
+            await store.purge((uid, CHUNKS))
+            await store.purge((uid, LOOKUPS))
+            return removed
+        mid = validate_id(memory_id, "memory_id")
+        await store.purge((uid, CHUNKS, mid))
+        return int(await store.purge_item((uid, RECORDS), mid))
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+        """A record in its current state (whatever its status), or None."""
+        uid = validate_id(user_id, "user_id")
+        stored = await self._get(uid, validate_id(memory_id, "memory_id"))
+        return None if stored is None else stored.record
+
+    async def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+        """Every state of a record, oldest first, with what changed it and why."""
+        uid = validate_id(user_id, "user_id")
+        mid = validate_id(memory_id, "memory_id")
+        versions = await self._memory.store.history((uid, RECORDS), mid)
+        return [self._change(version) for version in versions]
+
+    def _change(self, version: ItemVersion) -> MemoryChange:
+        if version.deleted:
+            return MemoryChange(
+                version=version.version, at=version.updated_at, change="purged", record=None
+            )
+        return MemoryChange(
+            version=version.version,
+            at=version.updated_at,
+            change=str(version.value.get("change", "")),
+            reason=str(version.value.get("reason", "")),
+            record=self._decode(version),
+        )
+
+    async def search(
+        self,
+        user_id: str,
+        query: str | None = None,
+        *,
+        kinds: Sequence[MemoryKind] | MemoryKind | None = None,
+        tags: dict[str, str] | None = None,
+        status: MemoryStatus | Sequence[MemoryStatus] | Literal["any"] | None = "active",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        event_after: datetime | None = None,
+        event_before: datetime | None = None,
+        min_score: float | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[MemoryHit]:
+        """The user's records matching the filters: by keyword relevance to
+        ``query`` (only records holding a query word; at least ``min_score``),
+        else newest first. ``status`` defaults to active records only (``"any"``:
+        every status). Time filters: ``created_*`` on when a record was
+        learned, ``event_*`` on its ``event_date`` (records without one never
+        match those)."""
+        uid = validate_id(user_id, "user_id")
+        wanted = _check_kinds(kinds)
+        statuses = _check_statuses(status)
+        tag_filter = check_tags(tags)
+        count = check_int("limit", limit)
+        skip = check_int("offset", offset)
+        if query is not None and not isinstance(query, str):
+            raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float)
+        ):
+            raise InvalidInput("min_score must be a number or None")
+        flt: dict[str, Any] = {}
+        if wanted is not None:
+            flt["kind"] = {"$in": wanted}
+        if statuses is not None:
+            flt["status"] = {"$in": statuses}
+        for key, value in tag_filter.items():
+            flt[f"tags.{key}"] = value
+        flt.update(
+            _range(
+                "created_ms",
+                _check_time(created_after, "created_after"),
+                _check_time(created_before, "created_before"),
+            )
+        )
+        flt.update(
+            _range(
+                "event_ms",
+                _check_time(event_after, "event_after"),
+                _check_time(event_before, "event_before"),
+            )
+        )
+        if count == 0:
+            return []
+        want = skip + count
+        store = self._memory.store
+        found = await store.search((uid, RECORDS), query=query, filter=flt, limit=want)
+        hits = [MemoryHit(self._decode(item), item.score) for item in found]
+        if query and (wanted is None or "document" in wanted):
+            hits = self._merge(hits, await self._chunk_hits(uid, query, flt, want))
+        if min_score is not None:
+            hits = [h for h in hits if h.score is not None and h.score >= min_score]
+        return hits[skip:want]
+
+    async def _chunk_hits(
+        self, uid: str, query: str, flt: dict[str, Any], want: int
+    ) -> list[MemoryHit]:
+        chunk_filter = {k: v for k, v in flt.items() if k != "kind"}
+        store = self._memory.store
+        found = await store.search((uid, CHUNKS), query=query, filter=chunk_filter, limit=want)
+        hits: list[MemoryHit] = []
+        seen: set[str] = set()
+        for item in found:
+            document = item.value.get("document")
+            if not isinstance(document, str) or document in seen:
+                continue
+            seen.add(document)
+            got = await store.get((uid, RECORDS), document)
+            if got is None:
+                continue
+            index = item.value.get("index")
+            hits.append(
+                MemoryHit(self._decode(got), item.score, index if isinstance(index, int) else None)
+            )
+        return hits
+
+    @staticmethod
+    def _merge(first: list[MemoryHit], second: list[MemoryHit]) -> list[MemoryHit]:
+        best: dict[str, MemoryHit] = {}
+        for hit in [*first, *second]:
+            held = best.get(hit.record.id)
+            if held is None or (hit.score or 0.0) > (held.score or 0.0):
+                best[hit.record.id] = hit
+        return sorted(best.values(), key=lambda h: -(h.score or 0.0))
+
+    async def profile(self, user_id: str, *, limit: int = 20) -> list[Fact]:
+        """The user's active facts about themselves (subject "user"), newest first."""
+        hits = await self.search(user_id, kinds=["fact"], limit=max(limit * 4, 50))
+        facts = [
+            h.record
+            for h in hits
+            if isinstance(h.record, Fact) and normalize_text(h.record.subject) in ("user", "i")
+        ]
+        return facts[: check_int("limit", limit)]
