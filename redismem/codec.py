@@ -2,10 +2,12 @@
 
 A stored message (an element of the ``msgs`` list) is::
 
-    b"<token_count>|" + msgpack([version, role, content, name, tool_calls,
-                                 tool_call_id, metadata])
+    b"<token_count>|" + msgpack([MESSAGE_HEAD + role, content, name,
+                                 tool_calls, tool_call_id, metadata])
 
-with trailing empty fields left out. The token count sits in a short text
+with trailing empty fields left out. The first field is one byte holding
+both the format and the role (format 2); format 1, still read, stored
+``[1, role, content, ...]``, one byte more per message. The token count sits in a short text
 prefix so Lua scripts can budget and trim without decoding msgpack (the
 embedded backend's Lua has no cmsgpack). A stored entry (one write) is::
 
@@ -28,6 +30,7 @@ from .errors import CorruptData, InvalidInput
 from .models import ROLES, Message, ToolCall, stored_message, stored_tool_call
 
 __all__ = [
+    "MESSAGE_HEAD",
     "ROLE_CODE",
     "SCHEMA_VERSION",
     "DecodedEntry",
@@ -41,6 +44,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+#: The first field of a stored message (format 2) is this plus its role code.
+MESSAGE_HEAD = 16
 #: The stored code of each role.
 ROLE_CODE = {role: i for i, role in enumerate(ROLES)}
 _ID_WIDTH = 12
@@ -67,8 +72,7 @@ def _pack(obj: Any) -> bytes:
 
 def encode_message(message: Message, token_count: int) -> bytes:
     fields: list[Any] = [
-        SCHEMA_VERSION,
-        ROLE_CODE[message.role],
+        MESSAGE_HEAD + ROLE_CODE[message.role],
         message.content,
         message.name,
         [[c.id, c.name, c.arguments] for c in message.tool_calls] or None,
@@ -118,12 +122,20 @@ _REQUIRED_FIELDS = frozenset({"role", "content", "id", "token_count"})
 
 
 def _message(fields: Any, id_: str, tokens: int, when: datetime | None) -> Message:
-    if type(fields) is not list or not 3 <= len(fields) <= 7 or fields[0] != SCHEMA_VERSION:
+    if type(fields) is not list or not fields or type(fields[0]) is not int:
         raise ValueError("not a message record of a known schema version")
-    fields += [None] * (7 - len(fields))
-    _, role_code, content, name, calls, call_id, metadata = fields
-    if type(role_code) is not int or not 0 <= role_code < len(ROLES):
-        raise ValueError(f"unknown role code {role_code!r}")
+    head = fields[0]
+    if MESSAGE_HEAD <= head < MESSAGE_HEAD + len(ROLES) and 2 <= len(fields) <= 6:
+        fields += [None] * (6 - len(fields))
+        role_code = head - MESSAGE_HEAD
+        _, content, name, calls, call_id, metadata = fields
+    elif head == SCHEMA_VERSION and 3 <= len(fields) <= 7:  # format 1
+        fields += [None] * (7 - len(fields))
+        _, role_code, content, name, calls, call_id, metadata = fields
+        if type(role_code) is not int or not 0 <= role_code < len(ROLES):
+            raise ValueError(f"unknown role code {role_code!r}")
+    else:
+        raise ValueError("not a message record of a known schema version")
     if type(content) is not str:
         raise ValueError("content is not a str")
     fields_set = set(_REQUIRED_FIELDS)

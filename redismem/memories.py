@@ -237,7 +237,6 @@ class Memories:
         value.pop("reason", None)
         value.pop("created_ms", None)
         value.pop("event_ms", None)
-        value.pop("norm", None)
         value["id"] = item.key
         value["updated_at"] = item.updated_at
         created = item.value.get("created_ms")
@@ -255,7 +254,6 @@ class Memories:
         value["reason"] = reason
         value["created_ms"] = _ms(record.created_at) or int(time.time() * 1000)
         value["event_ms"] = _ms(record.event_date)
-        value["norm"] = normalize_text(record.text)
         return value
 
     async def _get(self, user_id: str, memory_id: str) -> _Stored | None:
@@ -272,7 +270,6 @@ class Memories:
         version: int,
         change: str,
         reason: str,
-        write_id: str | None,
         guard: tuple[str, str] | None,
     ) -> bool:
         """Put ``record`` if its item is at ``version`` (0: none): False when
@@ -284,7 +281,6 @@ class Memories:
             self._encode(record, change, reason),
             index=_INDEXED,
             ttl=self._ttl,
-            write_id=write_id,
             if_version=version,
             guard=guard,
         )
@@ -455,9 +451,7 @@ class Memories:
             new = new.model_copy(update={"supersedes": old.record.id})
             outcome = "superseded"
         if mine is None:
-            if not await self._put(
-                uid, new, version=0, change="added", reason="", write_id=None, guard=guard
-            ):
+            if not await self._put(uid, new, version=0, change="added", reason="", guard=guard):
                 return None
         elif old is not None and mine.record.supersedes != old.record.id:
             new = mine.record.model_copy(update={"supersedes": old.record.id})
@@ -467,7 +461,6 @@ class Memories:
                 version=mine.version,
                 change="added",
                 reason=f"supersedes {old.record.id}",
-                write_id=None,
                 guard=guard,
             ):
                 return None
@@ -489,7 +482,6 @@ class Memories:
                 version=old.version,
                 change="superseded",
                 reason=f"superseded by {new.id}",
-                write_id=None,
                 guard=guard,
             ):
                 return None
@@ -549,7 +541,6 @@ class Memories:
             version=same.version,
             change="source_added",
             reason=f"said again ({new.sources[-1].origin})" if new.sources else "said again",
-            write_id=None,
             guard=guard,
         ):
             return None
@@ -586,7 +577,6 @@ class Memories:
                 version=stored.version,
                 change="updated",
                 reason=decision.reason or "merged with a near duplicate",
-                write_id=None,
                 guard=guard,
             ):
                 return None
@@ -599,7 +589,6 @@ class Memories:
             version=stored.version,
             change="deleted",
             reason=decision.reason or f"contradicted by {new.id}",
-            write_id=None,
             guard=guard,
         ):
             return None
@@ -652,7 +641,6 @@ class Memories:
                     version=stored.version,
                     change="updated",
                     reason=reason,
-                    write_id=None,
                     guard=None,
                 )
             except VersionConflict:
@@ -696,7 +684,6 @@ class Memories:
                     version=stored.version,
                     change="deleted" if status == "deleted" else "restored",
                     reason=reason,
-                    write_id=None,
                     guard=None,
                 )
             except VersionConflict:

@@ -39,14 +39,14 @@ async def test_stored_message_records_are_the_documented_bytes(make_memory, raw,
     elements = await raw.lrange(keys.msgs, 0, -1)
 
     tokens = [m.token_count for m in stored]
+    head = codec.MESSAGE_HEAD
     assert elements == [
-        # Trailing empty fields are left out.
-        b"%d|" % tokens[0] + _pack([1, ROLES.index("user"), "hello"]),
+        # One byte holds format and role; trailing empty fields are left out.
+        b"%d|" % tokens[0] + _pack([head + ROLES.index("user"), "hello"]),
         b"%d|" % tokens[1]
         + _pack(
             [
-                1,
-                ROLES.index("assistant"),
+                head + ROLES.index("assistant"),
                 "",
                 "bot",
                 [["c1", "lookup", '{"q": 1}']],
@@ -54,7 +54,7 @@ async def test_stored_message_records_are_the_documented_bytes(make_memory, raw,
                 {"k": "v"},
             ]
         ),
-        b"%d|" % tokens[2] + _pack([1, ROLES.index("tool"), "42", None, None, "c1"]),
+        b"%d|" % tokens[2] + _pack([head + ROLES.index("tool"), "42", None, None, "c1"]),
     ]
 
 
@@ -81,19 +81,27 @@ async def test_stored_entry_records_are_the_documented_bytes(make_memory, raw, n
     ]
 
 
-async def test_records_in_the_documented_format_are_read_back(make_memory, raw, namespace):
-    # Data as this schema version writes it, put in place by hand: a reader
-    # that changed the format (version, role codes, field order) fails here.
+@pytest.mark.parametrize("fmt", [1, 2])
+async def test_records_in_the_documented_formats_are_read_back(make_memory, raw, namespace, fmt):
+    # Data as each format writes it (format 1: [1, role, content, ...], the
+    # one sessions written before hold; format 2: [MESSAGE_HEAD + role,
+    # content, ...]), put in place by hand: a reader that changed a format
+    # (version, role codes, field order) fails here.
     mem = await make_memory()
     await mem.write(
         [Message(role="user", content="x"), Message(role="user", content="y")], session_id="s"
     )
     keys = KeyLayout(namespace).session("default", "s")
-    await raw.lset(keys.msgs, 0, b"7|" + _pack([1, ROLES.index("system"), "be brief"]))
+
+    def head(role: str) -> list[Any]:
+        code = ROLES.index(role)
+        return [1, code] if fmt == 1 else [codec.MESSAGE_HEAD + code]
+
+    await raw.lset(keys.msgs, 0, b"7|" + _pack([*head("system"), "be brief"]))
     await raw.lset(
         keys.msgs,
         1,
-        b"9|" + _pack([1, ROLES.index("assistant"), "", None, [["c9", "f", "{}"]], None, {"m": 1}]),
+        b"9|" + _pack([*head("assistant"), "", None, [["c9", "f", "{}"]], None, {"m": 1}]),
     )
     first, second = await mem.read(session_id="s")
     assert (first.role, first.content, first.token_count) == ("system", "be brief", 7)
@@ -168,6 +176,13 @@ async def test_entry_records_of_an_unknown_shape_are_corrupt(make_memory, raw, n
         ([codec.SCHEMA_VERSION, 3, "x", None, None, 8], "tool_call_id"),
         ([codec.SCHEMA_VERSION, 1, "x", None, None, None, [1]], "metadata"),
         ([codec.SCHEMA_VERSION, 1, "x", None, None, None, {}, "extra"], "schema"),
+        ([codec.MESSAGE_HEAD + 4, "x"], "schema"),
+        ([codec.MESSAGE_HEAD - 1, "x"], "schema"),
+        ([codec.MESSAGE_HEAD], "schema"),
+        ([codec.MESSAGE_HEAD, 5], "content"),
+        ([codec.MESSAGE_HEAD, "x", 5], "name"),
+        ([codec.MESSAGE_HEAD, "x", None, None, None, [1]], "metadata"),
+        ([codec.MESSAGE_HEAD, "x", None, None, None, {}, "extra"], "schema"),
     ],
 )
 def test_decoding_refuses_fields_of_the_wrong_type(fields, reason):
