@@ -70,6 +70,21 @@ A record is ``b"<version>,<created_ms>,<updated_ms>,<p|d>," + msgpack`` (``p``
 a put, ``d`` a delete tombstone); the text prefix is written by the scripts,
 which own the clock.
 
+The LangGraph checkpointer (``redismem.adapters.langgraph``) keeps each
+thread under a hash tag of its own (a thread is not a user: ``clear_user``
+leaves it, ``clear_all`` and ``delete_thread`` remove it). ``T`` is the
+escaped thread id, ``C`` = ``e(checkpoint_ns)/e(checkpoint_id)``, ``R`` an
+escaped run id (see that module for the values)::
+
+    ns:{lg:T}:ck               HASH  C -> the checkpoint, its metadata, parent
+    ns:{lg:T}:ix               HASH  C -> "<run>|<channel value refs>"
+    ns:{lg:T}:ids              ZSET  every C (lexicographic: namespace, then id)
+    ns:{lg:T}:bl               HASH  e(ns)/e(channel)/e(version) -> channel value
+    ns:{lg:T}:wr               HASH  C/e(task)/idx -> pending write
+    ns:{lg:T}:wi               ZSET  the fields of wr (a checkpoint's are a range)
+    ns:{lg:T}:runs             ZSET  "<run>/C" (delete_for_runs)
+    ns:{lgr:R}:threads         SET   T of the threads holding checkpoints of run R
+
 The work queue's keys never lie inside a namespace: ``clear_all`` must not
 touch them (other tenants' jobs). Queue-side keys start with ``redismem/``
 (``/`` is not allowed in a namespace), arq's own keys with ``arq:`` (``arq``
@@ -85,6 +100,7 @@ from functools import lru_cache
 from .errors import InvalidInput
 
 __all__ = [
+    "GraphThreadKeys",
     "KeyLayout",
     "RecallKeys",
     "ParsedKey",
@@ -427,12 +443,57 @@ class KeyLayout:
             term_prefix=base + "term:",
         )
 
+    # -- the LangGraph checkpointer (redismem.adapters.langgraph) -----------
+
+    def graph_thread(self, thread_id: str) -> GraphThreadKeys:
+        """The keys of one LangGraph thread (any str id; escaped)."""
+        base = f"{self.namespace}:{{lg:{escape_id(thread_id)}}}:"
+        return GraphThreadKeys(*(base + kind for kind in _GRAPH_THREAD_KINDS))
+
+    def graph_run(self, run_id: str) -> str:
+        """The set of the threads holding checkpoints of one run."""
+        return f"{self.namespace}:{{lgr:{escape_id(run_id)}}}:threads"
+
+    def graph_threads_pattern(self) -> str:
+        """SCAN pattern matching the ``ids`` key of every thread."""
+        return f"{self.namespace}:{{lg:*}}:ids"
+
+    def graph_thread_of(self, ids_key: str) -> str | None:
+        """The thread id of an ``ids`` key (None for any other key)."""
+        head, tail = f"{self.namespace}:{{lg:", "}:ids"
+        if not (ids_key.startswith(head) and ids_key.endswith(tail)):
+            return None
+        try:
+            return unescape_id(ids_key[len(head) : -len(tail)])
+        except InvalidInput:
+            return None
+
     def store_pattern(self, kind: str) -> str:
         """SCAN pattern matching one per-tenant store key (a ``STORE_KEY_KINDS``
         kind) of every tenant; check matches with ``parse_key``."""
         if kind not in STORE_KEY_KINDS:
             raise InvalidInput(f"unknown store key kind {kind!r}")
         return f"{self.namespace}:{{u:*}}:kv:{kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphThreadKeys:
+    """The keys of one LangGraph thread, in the order the ``lg_*`` scripts
+    take them (KEYS[1..7])."""
+
+    ck: str
+    ix: str
+    ids: str
+    bl: str
+    wr: str
+    wi: str
+    runs: str
+
+    def all(self) -> list[str]:
+        return [self.ck, self.ix, self.ids, self.bl, self.wr, self.wi, self.runs]
+
+
+_GRAPH_THREAD_KINDS = ("ck", "ix", "ids", "bl", "wr", "wi", "runs")
 
 
 @lru_cache(maxsize=16384)

@@ -65,6 +65,8 @@ _PLAIN = ("sessions", "settle", "extract_commit", "extract_clear")
 _WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
 #: Scripts prefixed with both (``_common.lua`` first).
 _WITH_BOTH = ("index_commit",)
+#: The LangGraph checkpointer's scripts (``lg_*``) are prefixed with ``_langgraph.lua``.
+_LANGGRAPH_PREFIX = "lg_"
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
 
@@ -78,6 +80,8 @@ def script_source(name: str) -> str:
         preludes.append((folder / "_common.lua").read_text(encoding="utf-8"))
     if name in _WITH_RECALL:
         preludes.append((folder / "_recall.lua").read_text(encoding="utf-8"))
+    if name.startswith(_LANGGRAPH_PREFIX):
+        preludes.append((folder / "_langgraph.lua").read_text(encoding="utf-8"))
     return "\n".join([*preludes, body])
 
 
