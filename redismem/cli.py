@@ -216,6 +216,56 @@ async def _sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _memories(args: argparse.Namespace) -> int:
+    async with await _connect(args, refresh_ttl_on_read=False) as memory:
+        if args.history:
+            changes = await memory.memories.history(args.user, args.history)
+            if not changes:
+                print(
+                    f"no memory {args.history!r} for user {args.user!r} "
+                    f"(redismem memories --user {args.user} lists them)"
+                )
+                return 1
+            changed: list[tuple[Any, ...]] = [
+                (
+                    c.version,
+                    c.at.isoformat(timespec="seconds"),
+                    c.change,
+                    c.record.status if c.record else "-",
+                    _clip(c.record.text if c.record else "", 60),
+                    _clip(c.reason, 40) or "-",
+                )
+                for c in changes
+            ]
+            print(_table(changed, ["version", "at", "change", "status", "text", "reason"]))
+            return 0
+        hits = await memory.memories.search(
+            args.user, args.query, status=args.status, limit=args.limit
+        )
+    if not hits:
+        print(f"no {args.status} memories for user {args.user!r} in this namespace")
+        return 0
+    rows = [
+        (
+            h.record.id,
+            h.record.kind,
+            h.record.status,
+            _clip(h.record.text, 60),
+            len(h.record.sources),
+            _ago(h.record.updated_at) if h.record.updated_at else "-",
+        )
+        for h in hits
+    ]
+    print(_table(rows, ["id", "kind", "status", "text", "sources", "updated"]))
+    print(f"\nredismem memories --user {args.user} --history ID shows how one changed")
+    return 0
+
+
+def _clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
 async def _inspect(args: argparse.Namespace) -> int:
     async with await _connect(args, refresh_ttl_on_read=False) as memory:
         found = [
@@ -407,6 +457,21 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--user", default="default", help="user id (default 'default')")
     _add_verbose(sessions, "log at INFO level")
     sessions.set_defaults(run=lambda a: asyncio.run(_sessions(a)))
+
+    memories = sub.add_parser("memories", help="a user's long-term memories (facts, goals...)")
+    _add_connection_args(memories)
+    memories.add_argument("query", nargs="?", help="keyword query (default: newest first)")
+    memories.add_argument("--user", default="default", help="user id (default 'default')")
+    memories.add_argument(
+        "--status",
+        choices=("active", "superseded", "deleted", "any"),
+        default="active",
+        help="which records (default active)",
+    )
+    memories.add_argument("--limit", type=_positive(int), default=20, help="records to show")
+    memories.add_argument("--history", metavar="ID", help="every state of one record")
+    _add_verbose(memories, "log at INFO level")
+    memories.set_defaults(run=lambda a: asyncio.run(_memories(a)))
 
     inspect = sub.add_parser("inspect", help="one session in detail")
     _add_connection_args(inspect)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_cli_worker import drop_keys, run_cli
 
-from redismem import Memory
+from redismem import Fact, Memory
 
 COMMANDS = [
     ["worker"],
@@ -19,6 +19,7 @@ COMMANDS = [
     ["stats"],
     ["sessions", "--user", "u"],
     ["inspect", "s", "--user", "u"],
+    ["memories", "--user", "u"],
 ]
 
 
@@ -142,5 +143,41 @@ def test_sessions_lists_a_users_sessions_and_flags_override_the_environment(
         )
         assert stats.returncode == 0, stats.stderr
         assert "no worker seen" in stats.stdout
+    finally:
+        drop_keys(redis_url, namespace)
+
+
+def test_memories_lists_a_users_memories_and_one_records_history(
+    redis_url: str, namespace: str
+) -> None:
+    async def remember() -> str:
+        async with await Memory.connect(redis_url, namespace=namespace) as memory:
+            for city in ("Lisbon", "Porto"):
+                added = await memory.memories.add(
+                    "alice",
+                    Fact(
+                        text=f"The user lives in {city}.",
+                        subject="user",
+                        predicate="lives_in",
+                        object=city,
+                    ),
+                )
+            return added.record.id
+
+    porto = asyncio.run(remember())
+    env = clean_env(REDISMEM_URL=redis_url, REDISMEM_NAMESPACE=namespace)
+    try:
+        listed = run_cli("memories", "--user", "alice", env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert "The user lives in Porto." in listed.stdout
+        assert "Lisbon" not in listed.stdout
+        every = run_cli("memories", "lives", "--user", "alice", "--status", "any", env=env)
+        assert every.returncode == 0 and "superseded" in every.stdout, every.stdout
+        history = run_cli("memories", "--user", "alice", "--history", porto, env=env)
+        assert history.returncode == 0 and "added" in history.stdout, history.stdout
+        missing = run_cli("memories", "--user", "alice", "--history", "nope", env=env)
+        assert missing.returncode == 1 and "no memory 'nope'" in missing.stdout
+        bad = run_cli("memories", "--user", "", env=env)
+        assert_one_line_error(bad, "user_id")
     finally:
         drop_keys(redis_url, namespace)
