@@ -8,7 +8,7 @@ about the user have the subject "user"; dates said relative to a message
 ("tomorrow", "next Friday", "last week") are resolved against that
 message's ``created_at`` into ``event_date`` (and a task's ``due``).
 
-- ``RuleExtractor`` ("rules", the default): deterministic regular
+- ``RuleExtractor`` ("rules"): deterministic regular
   expressions over **user** messages only, in one readable table
   (``_RULES``). Precision over recall: questions, hypotheticals ("if I lived
   in Paris") and negated statements yield nothing; confidence 0.6-0.7.
@@ -19,7 +19,8 @@ message's ``created_at`` into ``event_date`` (and a task's ``due``).
   that do not validate are dropped (and logged), a reply that is no JSON
   at all raises ``ExtractorError``.
 
-``extractor_from_env`` picks one from ``REDISMEM_EXTRACTOR``.
+``extractor_from_env`` picks one from ``REDISMEM_EXTRACTOR`` (off by default:
+extraction stores lasting data about users, which a deployment turns on).
 """
 
 from __future__ import annotations
