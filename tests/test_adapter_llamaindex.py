@@ -14,10 +14,20 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from conftest import MemoryFactory
+from llama_index.core.agent.workflow import ReActAgent
 from llama_index.core.base.llms.types import ImageBlock, TextBlock, ToolCallBlock
 from llama_index.core.chat_engine import SimpleChatEngine
-from llama_index.core.llms import ChatMessage, MockLLM
+from llama_index.core.llms import (
+    ChatMessage,
+    CompletionResponse,
+    CustomLLM,
+    LLMMetadata,
+    MockLLM,
+)
+from llama_index.core.llms.callbacks import llm_completion_callback
 from llama_index.core.memory import ChatMemoryBuffer
+from llama_index.core.storage.chat_store import SimpleChatStore
+from llama_index.core.tools import FunctionTool
 
 from redismem import ClientClosed, InvalidInput, Memory
 from redismem.adapters.llamaindex import (
@@ -381,3 +391,67 @@ def test_missing_llama_index_names_the_extra() -> None:
     assert result.returncode == 0, result.stderr
     assert "llama-index-core" in result.stdout
     assert "pip install 'redismem[llamaindex]'" in result.stdout
+
+
+class ScriptedLLM(CustomLLM):
+    """A stub LLM answering from a script, recording the prompts it was given."""
+
+    replies: list[str]
+    prompts: list[str]
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(is_chat_model=False)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self.prompts.append(prompt)
+        return CompletionResponse(text=self.replies.pop(0))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        self.prompts.append(prompt)
+        text = self.replies.pop(0)
+        yield CompletionResponse(text=text, delta=text)
+
+
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"4 C and rain in {city}"
+
+
+async def run_agent(buffer: ChatMemoryBuffer, question: str) -> tuple[str, ScriptedLLM]:
+    llm = ScriptedLLM(
+        replies=[
+            'Thought: I need the weather.\nAction: weather\nAction Input: {"city": "Oslo"}',
+            "Thought: I can answer without using any more tools.\nAnswer: Take an umbrella.",
+        ],
+        prompts=[],
+    )
+    agent = ReActAgent(tools=[FunctionTool.from_defaults(weather)], llm=llm)
+    answer = await agent.run(question, memory=buffer)
+    return str(answer), llm
+
+
+# LlamaIndex's tools and agents use APIs pydantic and its workflows deprecate.
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20")
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211")
+@pytest.mark.filterwarnings("ignore:is_running called from within a step:DeprecationWarning")
+async def test_a_react_agent_with_a_tool_runs_on_the_store_as_on_llamaindexs_own(
+    make_memory: MemoryFactory, stores: StoreFactory
+) -> None:
+    mem = await make_memory()
+    ours = ChatMemoryBuffer.from_defaults(chat_store=stores(mem, "alice"), chat_store_key="s1")
+    theirs = ChatMemoryBuffer.from_defaults(chat_store=SimpleChatStore(), chat_store_key="s1")
+    for buffer in (ours, theirs):
+        answer, llm = await run_agent(buffer, "Weather in Oslo? ✈")
+        assert answer == "Take an umbrella."
+        assert "4 C and rain in Oslo" in llm.prompts[-1]  # the tool ran
+    # The agent left the same memory in our store as in LlamaIndex's own.
+    assert await ours.aget_all() == await theirs.aget_all()
+    stored = await mem.read(session_id="s1", user_id="alice")
+    assert stored[0].content == "Weather in Oslo? ✈" and len(stored) == len(await ours.aget_all())
+    # A second run (a new process, a new agent) starts from what is stored.
+    again = ChatMemoryBuffer.from_defaults(chat_store=stores(mem, "alice"), chat_store_key="s1")
+    _answer, llm = await run_agent(again, "And tomorrow?")
+    assert "Weather in Oslo? ✈" in llm.prompts[0]
