@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from helpers import client_kill_storm
 from worker_support import (
     FakeChatServer,
     RecordedRequest,
@@ -267,3 +268,54 @@ async def test_a_failing_extractor_is_retried_then_shown_in_stats_and_loses_noth
             ]
         finally:
             await mem.aclose()
+
+
+async def test_extraction_under_a_client_kill_storm_adds_each_memory_once(
+    redis_server_factory: Any,
+    raw_factory: Any,
+    memory_factory: Any,
+    namespace: str,
+    queue_name: str,
+    workers: Any,
+) -> None:
+    """redis-py and the call policy re-send commands whose connection was
+    reset: re-sent extraction commits, outbox applies and memory puts must
+    land once."""
+    server = redis_server_factory()
+    raw = await raw_factory(server.url)
+    mem = await memory_factory(
+        server.url,
+        namespace=namespace,
+        queue_name=queue_name,
+        summarize_batch=None,
+        socket_timeout=1.0,
+        retries=20,
+    )
+    sessions, per_session = 10, 6
+    for s in range(sessions):
+        await mem.write(
+            [{"role": "user", "content": f"I live in Town{s}x{m}"} for m in range(per_session)],
+            session_id=f"s{s}",
+            user_id="ivy",
+        )
+    env = worker_env(server.url, namespace, queue_name, EXTRACTOR="rules", EXTRACT_QUIET=0)
+    await wait_ready(raw, workers.start(env))
+    async with client_kill_storm(server.url, every=0.03) as kills:
+        await asyncio.sleep(3.0)
+    assert kills[0] > 10
+    deadline = time.monotonic() + 90
+    while not await mem.flush(user_id="ivy", timeout=5):
+        assert time.monotonic() < deadline, workers.logs()[-3000:]
+    hits = await mem.memories.search("ivy", kinds="fact", status="any", limit=1000)
+    towns = sorted(h.record.object for h in hits)  # type: ignore[union-attr]
+    assert towns == sorted(f"Town{s}x{m}" for s in range(sessions) for m in range(per_session))
+    for hit in hits:
+        assert len(hit.record.sources) == 1
+    # The user lives in one place: the 60 facts form one superseded chain.
+    by_id = {h.record.id: h.record for h in hits}
+    [current] = await mem.memories.search("ivy", kinds="fact", limit=1000)
+    [start] = [r for r in by_id.values() if r.supersedes is None]
+    node, length = start, 1
+    while node.superseded_by is not None:
+        node, length = by_id[node.superseded_by], length + 1
+    assert (node.id, length) == (current.record.id, sessions * per_session)
