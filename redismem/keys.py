@@ -30,8 +30,10 @@ Layout (``U`` = escaped user id, ``S`` = escaped session id)::
 
 Meta also holds the recall index watermark ``iwm`` (last indexed seq), the
 last indexed doc of the session ``ilast`` and the recall ttl ``rttl`` of the
-writes (``redismem.recall``). The recall index of a user (``D`` = a doc id,
-one per indexed message; ``E`` = an escaped id)::
+writes (``redismem.recall``), and, once workers extract memories, the
+extraction watermark ``xwm`` (last extracted seq) and the outbox ``xbox`` of
+memories found but not yet added (``redismem.extract``). The recall index of
+a user (``D`` = a doc id, one per indexed message; ``E`` = an escaped id)::
 
     ns:{u:U}:r:docs            HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
     ns:{u:U}:r:links           HASH  D -> "prev|speaker name terms" (prev: the doc
