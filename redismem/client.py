@@ -225,8 +225,8 @@ class Memory:
         replies (bytes, ints, lists; a score may come back as bytes or, through
         redis-py, a float: convert what you read). Every key
         they name must share ``key``'s slot (one user's keys do); on a
-        cluster they run on that slot's master. Reads only: the call may be
-        attempted more than once."""
+        cluster they run on that slot's master. Reads, or idempotent writes
+        only: the call may be attempted more than once."""
         self._check_open()
         link = self._link
         if link is not None:

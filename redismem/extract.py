@@ -51,6 +51,7 @@ EXTRACT_BATCH = 50
 #: Most memories kept from one pass (an extractor gone wild is cut here).
 MAX_MEMORIES_PER_PASS = 200
 _OUTBOX_VERSION = 1
+_RECORD = TypeAdapter[Any](MemoryRecord)
 _RECORDS = TypeAdapter[Any](list[MemoryRecord])
 
 
@@ -160,7 +161,7 @@ def _with_source(
     """``record`` with one source: this session, the batch's message ids it
     names (others dropped) and the agent that wrote the first of them."""
     try:
-        checked = TypeAdapter[Any](MemoryRecord).validate_python(
+        checked = _RECORD.validate_python(
             record.model_dump() if hasattr(record, "model_dump") else record
         )
     except ValidationError as exc:

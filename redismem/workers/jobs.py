@@ -178,8 +178,14 @@ async def _summarize(
     memory = await memory_for(ctx, namespace)
     user_id = validate_id(user_id, "user_id")
     session_id = validate_id(session_id, "session_id")
-    pending = memory.layout.pending(user_id)
-    if await memory.call(lambda redis: redis.zscore(pending, session_id)) is None:
+    keys = memory.layout.session(user_id, session_id)
+    commands: list[tuple[Any, ...]] = [("ZSCORE", keys.pending, session_id)]
+    if config.extractor is None:
+        # Extraction is off (or was turned off): its watermark and outbox must
+        # not hold back compaction or the pending mark. In the same round trip.
+        commands.append(("HDEL", keys.meta, "xwm", "xbox"))
+    marked, *_ = await memory.atomic(commands, key=keys.meta)
+    if marked is None:
         # Settled, cleared or given up since this job was enqueued (the sweep
         # may enqueue a session just as its job ends): nothing to do.
         progress.status = "not pending"
@@ -193,11 +199,6 @@ async def _summarize(
     else:
         args = SummarizeArgs.decode_optional(namespace, settings)
     stats = stats_for(ctx, memory.layout)
-    if config.extractor is None:
-        # Extraction was turned off (or never on): its watermark must not
-        # hold back compaction or the pending mark.
-        meta = memory.layout.session(user_id, session_id).meta
-        await memory.call(lambda redis: redis.hdel(meta, "xwm", "xbox"))
     deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
         index = await _index_until_idle(
