@@ -35,7 +35,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 import redis.exceptions as rexc
@@ -93,8 +93,8 @@ class _Protocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement the interface without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -126,8 +126,12 @@ class _Protocol(asyncio.Protocol):
         if self.closed or self.transport is None:
             raise rexc.ConnectionError("Connection closed.")
         loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in commands]
-        data = b"".join(pack_command(command) for command in commands)
+        if len(commands) == 1:
+            data = pack_command(commands[0])
+            futures = [loop.create_future()]
+        else:
+            data = b"".join([pack_command(command) for command in commands])
+            futures = [loop.create_future() for _ in commands]
         self.waiting.extend(futures)
         self.deadlines.extend([deadline] * len(futures))
         self.transport.write(data)
@@ -269,8 +273,12 @@ class Link:
         return list(result)
 
     async def _replies(self, commands: Sequence[Sequence[Any]], deadline: float) -> list[Any]:
-        protocol = await self._connected()
+        protocol = self._protocol
+        if protocol is None or protocol.closed:
+            protocol = await self._connected()
         futures = protocol.send(commands, deadline)
+        if len(futures) == 1:  # the hot path's usual call: nothing else to settle
+            return [await self._reply(protocol, futures[0])]
         with _settled(futures):
             return [await self._reply(protocol, future) for future in futures]
 

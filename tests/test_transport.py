@@ -239,3 +239,42 @@ async def test_a_call_past_its_deadline_fails_every_waiting_call_and_the_link_re
         await behind
     assert loop.time() - started < 1.0
     assert await link.execute("PING", deadline=loop.time() + 1) == b"PONG"
+
+
+def test_the_hot_path_runs_on_uvloop(redis_url: str) -> None:
+    """Servers often run on uvloop (uvicorn does when it is installed), whose
+    transports are not ``asyncio.Transport`` subclasses: writes, reads and a
+    killed connection behave as on asyncio's own loop."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> None:
+        admin = aioredis.Redis.from_url(redis_url)
+        memory = await Memory.connect(redis_url, namespace=f"uv-{uuid.uuid4().hex[:8]}")
+        try:
+
+            async def writer(n: int) -> None:
+                for i in range(30):
+                    await memory.write(
+                        [{"role": "user", "content": f"{n}-{i}"}], session_id=f"s{n}"
+                    )
+
+            async def killer() -> int:
+                killed = 0
+                for _ in range(3):
+                    await asyncio.sleep(0.02)
+                    for client in await admin.client_list():
+                        if client.get("cmd") == "evalsha":
+                            killed += await admin.client_kill_filter(_id=int(client["id"]))
+                return killed
+
+            *_, killed = await asyncio.gather(*(writer(n) for n in range(4)), killer())
+            assert killed >= 1
+            for n in range(4):
+                contents = [m.content for m in await memory.read(session_id=f"s{n}")]
+                assert contents == [f"{n}-{i}" for i in range(30)]
+        finally:
+            await memory.clear_all()
+            await memory.aclose()
+            await admin.aclose()
+
+    uvloop.run(scenario())
