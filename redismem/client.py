@@ -41,6 +41,7 @@ from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from her
 from .fencing import summary_message
 from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
 from .models import (
+    INPUT_FIELDS,
     Context,
     EntryMetadata,
     Hit,
@@ -49,6 +50,7 @@ from .models import (
     SessionInfo,
     Summary,
     fill_store_fields,
+    input_message,
     written_entry,
 )
 from .queue import SummarizeArgs, SummaryQueue
@@ -264,22 +266,42 @@ class Memory:
         return self._config.ttl_ms or 0
 
     def _normalize(self, messages: object) -> list[Message]:
-        if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
+        if type(messages) is not list and (
+            isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable)
+        ):
             raise InvalidInput("messages must be a list of Message objects or dicts")
         out: list[Message] = []
         for i, item in enumerate(messages):
             try:
-                if isinstance(item, Message):
-                    message = Message.model_validate(
-                        item.model_dump(exclude={"id", "created_at", "token_count"})
-                    )
+                if type(item) is dict:
+                    if "id" in item or "created_at" in item or "token_count" in item:
+                        item = {
+                            k: v
+                            for k, v in item.items()
+                            if k not in ("id", "created_at", "token_count")
+                        }
+                    message = input_message(item)
+                elif isinstance(item, Message):
+                    # Validated again: a model's fields can be assigned anything.
+                    fields = item.__dict__
+                    calls, metadata = fields["tool_calls"], fields["metadata"]
+                    if (
+                        type(item) is Message
+                        and (type(calls) is list and not calls)
+                        and (type(metadata) is dict and not metadata)
+                    ):
+                        message = input_message({k: fields[k] for k in INPUT_FIELDS})
+                    else:  # copies of the nested values, as model_dump makes them
+                        message = Message.model_validate(
+                            item.model_dump(exclude={"id", "created_at", "token_count"})
+                        )
                 elif isinstance(item, Mapping):
                     data = {
                         k: v
                         for k, v in item.items()
                         if k not in ("id", "created_at", "token_count")
                     }
-                    message = Message.model_validate(data)
+                    message = input_message(data)
                 else:
                     raise InvalidInput(
                         f"messages[{i}] must be a Message or a dict, not {type(item).__name__}"

@@ -19,6 +19,7 @@ and the clock. Message ids are the session sequence, zero padded.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,9 +64,19 @@ def ms_to_datetime(ms: int | float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+class _Packers(threading.local):
+    # A Packer per thread, reused: msgpack.packb builds one per call, which
+    # costs more than packing a message (a failed pack resets the buffer).
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(use_bin_type=True, datetime=False)
+
+
+_packers = _Packers()
+
+
 def _pack(obj: Any) -> bytes:
     try:
-        return msgpack.packb(obj, use_bin_type=True, datetime=False)  # type: ignore[no-any-return]
+        return _packers.packer.pack(obj)  # type: ignore[no-any-return]
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInput(f"value cannot be stored (msgpack): {exc}") from exc
 

@@ -13,6 +13,7 @@ plain JSON data (see ``redismem.validation``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -223,6 +224,54 @@ def stored_message(values: dict[str, Any], fields_set: set[str]) -> Message:
 
 
 _CALL_FIELDS = ("id", "name", "arguments")
+
+
+#: The fields a caller gives (the store fills the others).
+INPUT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "metadata")
+_INPUT_KEYS = frozenset(INPUT_FIELDS)
+_ROLE_SET = frozenset(ROLES)
+_ABSENT: Any = object()
+
+
+def input_message(data: Mapping[str, Any]) -> Message:
+    """The ``Message`` that ``data`` (caller input, store fields removed)
+    describes, validated, as a new object the caller owns.
+
+    The usual shape (a role, str content, optional name and tool_call_id, no
+    tool calls or metadata) is checked here directly; anything else goes
+    through pydantic, which raises ``ValidationError`` for what it refuses.
+    Both ways give the same message (fields set included): the fast way
+    only accepts what pydantic accepts unchanged.
+    """
+    role = data.get("role")
+    content = data.get("content")
+    name = data.get("name")
+    call_id = data.get("tool_call_id")
+    calls = data.get("tool_calls", _ABSENT)
+    metadata = data.get("metadata", _ABSENT)
+    if (
+        type(role) is str
+        and role in _ROLE_SET
+        and type(content) is str
+        and (name is None or type(name) is str)
+        and (call_id is None or type(call_id) is str)
+        and (calls is _ABSENT or (type(calls) is list and not calls))
+        and (metadata is _ABSENT or (type(metadata) is dict and not metadata))
+        and _INPUT_KEYS.issuperset(data)
+    ):
+        values: dict[str, Any] = {
+            "role": role,
+            "content": content,
+            "name": name,
+            "tool_calls": [],
+            "tool_call_id": call_id,
+            "metadata": {},
+            "id": None,
+            "created_at": None,
+            "token_count": None,
+        }
+        return _trusted(Message, values, set(data))
+    return Message.model_validate(data)
 
 
 def fill_store_fields(message: Message, id: str, created_at: datetime, token_count: int) -> None:

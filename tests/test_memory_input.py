@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from helpers import Snapshot, keys_matching, pttls, snapshot, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from redismem import InvalidInput, Memory, Message, RedisMemError
 from redismem.keys import MAX_ID_BYTES
+from redismem.models import input_message
 from redismem.validation import MAX_DEPTH
 
 SMALL_LIMIT = 1000
@@ -464,3 +468,74 @@ async def test_id_length_limit_is_in_utf8_bytes(make_memory):
     assert len(await mem.read(session_id=longest, user_id=longest)) == 1
     with pytest.raises(InvalidInput):
         await mem.write([user("x")], session_id=longest + "a", user_id="u")
+
+
+class _Text(str):
+    pass
+
+
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.sampled_from(["user", "assistant", "tool", "system", "robot", "", "x\ud800"]),
+    st.text(max_size=8),
+    st.builds(_Text, st.sampled_from(["user", "hi"])),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.binary(max_size=4),
+    st.just([]),
+    st.just({}),
+    st.just(()),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just([{"id": "c1", "name": "f", "arguments": "{}"}]),
+)
+_INPUTS = st.dictionaries(
+    st.sampled_from(["role", "content", "name", "tool_calls", "tool_call_id", "metadata", "extra"]),
+    _ANY_VALUE,
+    max_size=7,
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(data=_INPUTS)
+def test_the_fast_message_check_agrees_with_pydantic(data: dict[str, Any]) -> None:
+    """``input_message`` checks the usual shape itself and leaves the rest to
+    pydantic: for any input it accepts exactly what pydantic accepts, giving
+    the same message (values, types and fields set), or raises the same way."""
+    try:
+        expected: Message | None = Message.model_validate(data)
+    except ValidationError:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValidationError):
+            input_message(data)
+        return
+    got = input_message(data)
+    assert type(got) is Message
+    assert got.model_dump() == expected.model_dump()
+    assert got.model_fields_set == expected.model_fields_set
+    assert [type(v) for v in got.__dict__.values()] == [type(v) for v in expected.__dict__.values()]
+    assert list(got.__dict__) == list(expected.__dict__)
+    # A new object: nothing shared with the input that the caller could mutate.
+    assert got.tool_calls is not data.get("tool_calls")
+    assert got.metadata is not data.get("metadata")
+
+
+async def test_a_message_object_is_checked_again_and_copied(make_memory, raw) -> None:
+    """A ``Message`` object is validated again on write (a model's fields can
+    be assigned anything) and the entry returned shares nothing with it."""
+    mem = await make_memory()
+    plain = Message(role="user", content="plain")
+    nested = Message(role="user", content="nested", metadata={"a": [1]})
+    entry = await mem.write([plain, nested], session_id="s")
+    assert [m.content for m in entry.messages] == ["plain", "nested"]
+    assert entry.messages[0] is not plain and plain.id is None
+    nested.metadata["a"].append(2)
+    assert entry.messages[1].metadata == {"a": [1]}
+
+    before = await snapshot(raw)
+    broken = Message(role="user", content="fine")
+    broken.content = None  # type: ignore[assignment]
+    with pytest.raises(InvalidInput, match=r"messages\[0\] is invalid"):
+        await mem.write([broken], session_id="s")
+    assert await snapshot(raw) == before
