@@ -44,6 +44,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOT_COUNT
 from redis.crc import key_slot
 
 from .urls import parse_url
+from .waiter import Waiter
 
 __all__ = ["ClusterLinks", "Link", "open_link"]
 
@@ -66,7 +67,7 @@ def _error(reply: hiredis.ReplyError) -> rexc.RedisError:
 
 
 @contextmanager
-def _settled(futures: Sequence[asyncio.Future[Any]]) -> Iterator[None]:
+def _settled(futures: Sequence[Waiter]) -> Iterator[None]:
     """When one of several replies raises, retrieve or cancel the others (so
     no error goes unretrieved)."""
     try:
@@ -85,7 +86,7 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.waiting: deque[Waiter] = deque()
         #: The loop time by which each waiting call wants its reply.
         self.deadlines: deque[float] = deque()
         self.closed = False
@@ -113,25 +114,27 @@ class _Protocol(asyncio.Protocol):
             waiter = self.waiting.popleft()
             self.deadlines.popleft()
             if not waiter.done():
+                # Resumes the waiting task now (see redismem.waiter), which
+                # may send more calls or drop this connection.
                 waiter.set_result(reply)
+                if self.closed:
+                    return
 
     def connection_lost(self, exc: Exception | None) -> None:
         detail = f": {exc}" if exc else ""
         self._fail(rexc.ConnectionError(f"Connection closed by server{detail}."))
 
-    def send(
-        self, commands: Sequence[Sequence[Any]], deadline: float = math.inf
-    ) -> list[asyncio.Future[Any]]:
+    def send(self, commands: Sequence[Sequence[Any]], deadline: float = math.inf) -> list[Waiter]:
         """Queue ``commands``; their replies are due by ``deadline`` (loop time)."""
         if self.closed or self.transport is None:
             raise rexc.ConnectionError("Connection closed.")
         loop = asyncio.get_running_loop()
         if len(commands) == 1:
             data = pack_command(commands[0])
-            futures = [loop.create_future()]
+            futures = [Waiter(loop)]
         else:
             data = b"".join([pack_command(command) for command in commands])
-            futures = [loop.create_future() for _ in commands]
+            futures = [Waiter(loop) for _ in commands]
         self.waiting.extend(futures)
         self.deadlines.extend([deadline] * len(futures))
         self.transport.write(data)
@@ -297,7 +300,7 @@ class Link:
             self._protocol.close(rexc.ConnectionError("the client was closed"))
             self._protocol = None
 
-    async def _reply(self, protocol: _Protocol, future: asyncio.Future[Any]) -> Any:
+    async def _reply(self, protocol: _Protocol, future: Waiter) -> Any:
         try:
             return await future
         except asyncio.CancelledError:
