@@ -53,10 +53,12 @@ end
 
 -- The lists are (re)created when empty, so their keys need a TTL then too.
 local touching = len == 0 or needs_touch(ttl, now, meta and meta[5])
--- Prune expired sessions from the user indexes first: when this session
--- itself expired and is being written again, pruning after indexing would
--- drop this write's tags (and pending mark) along with the stale ones.
-prune_expired(now)
+-- Prune expired sessions from the user indexes when the TTLs slide (a new
+-- session, or once per slack period of a busy one: readers skip expired
+-- members anyway), and first: when this session itself expired and is being
+-- written again, pruning after indexing would drop this write's tags (and
+-- pending mark) along with the stale ones.
+if touching then prune_expired(now) end
 
 if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
