@@ -24,18 +24,18 @@ from collections.abc import (
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from pydantic import ValidationError
 
 from . import codec, recall
 from .checks import check_count as _check_count
-from .checks import check_optional_str, new_write_id
+from .checks import check_message_list, check_optional_str, new_write_id
 from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
 from .config import MemoryConfig
 from .connection import describe_url, open_redis, scan_once
-from .counting import message_tokens
+from .counting import estimate_tokens, message_tokens
 from .errors import ClientClosed, CorruptData, InvalidInput, RedisMemError, StoreUnavailable
 from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
 from .fencing import summary_message
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 
 logger = logging.getLogger(__name__)
+#: Checked (session id, user id) pairs each client remembers with their keys.
+_RECENT_KEYS = 4096
 
 T = TypeVar("T")
 
@@ -110,6 +112,7 @@ class Memory:
             replica_timeout_ms=round(config.replica_timeout * 1000),
         )
         self._closed = False
+        self._recent_keys: dict[tuple[str, str], tuple[str, str, SessionKeys]] = {}
         self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
         self._memories: Memories | None = None
@@ -256,9 +259,20 @@ class Memory:
     # -- helpers -----------------------------------------------------------
 
     def _keys(self, session_id: object, user_id: object) -> tuple[str, str, SessionKeys]:
+        """The checked ids and the session's keys; the ids of recent calls
+        are remembered (a hit means these exact ``str`` values passed)."""
+        if type(session_id) is str and type(user_id) is str:
+            known = self._recent_keys.get((session_id, user_id))
+            if known is not None:
+                return known
         sid = validate_id(session_id, "session_id")
         uid = validate_id(user_id, "user_id")
-        return sid, uid, self.layout.session(uid, sid)
+        found = (sid, uid, self.layout.session(uid, sid))
+        if type(session_id) is str and type(user_id) is str:
+            if len(self._recent_keys) >= _RECENT_KEYS:
+                self._recent_keys.clear()
+            self._recent_keys[sid, uid] = found
+        return found
 
     def _refresh_ttl_arg(self) -> int:
         if not self._config.refresh_ttl_on_read:
@@ -266,12 +280,9 @@ class Memory:
         return self._config.ttl_ms or 0
 
     def _normalize(self, messages: object) -> list[Message]:
-        if type(messages) is not list and (
-            isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable)
-        ):
-            raise InvalidInput("messages must be a list of Message objects or dicts")
+        check_message_list(messages)
         out: list[Message] = []
-        for i, item in enumerate(messages):
+        for i, item in enumerate(cast(Iterable[Any], messages)):
             try:
                 if type(item) is dict:
                     if "id" in item or "created_at" in item or "token_count" in item:
@@ -318,6 +329,8 @@ class Memory:
         return count
 
     def _count_tokens(self, message: Message) -> int:
+        if self._config.tokenizer is estimate_tokens:  # always an int >= 0
+            return message_tokens(message)
         try:
             count = message_tokens(message, self._checked_tokenizer)
         except InvalidInput:
@@ -421,15 +434,17 @@ class Memory:
                 ),
             )
             return WriteOutcome(empty, 0, False)
-        counts = [self._count_tokens(m) for m in to_store]
+        counts = []
         encoded = []
-        for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
+        max_bytes = self._config.max_message_bytes
+        for i, message in enumerate(to_store):
+            count = self._count_tokens(message)
             blob = codec.encode_message(message, count)
-            if len(blob) > self._config.max_message_bytes:
+            if len(blob) > max_bytes:
                 raise InvalidInput(
-                    f"message {i} is {len(blob)} bytes stored; max_message_bytes is "
-                    f"{self._config.max_message_bytes}"
+                    f"message {i} is {len(blob)} bytes stored; max_message_bytes is {max_bytes}"
                 )
+            counts.append(count)
             encoded.append(blob)
         total = sum(counts)
         self._check_open()
@@ -463,7 +478,7 @@ class Memory:
         entry = written_entry(
             codec.message_id(first_seq), sid, uid, stored, created, agent_name, tag_map, total
         )
-        if not result.duplicate:
+        if not result.duplicate and self._config.on_write is not None:
             await self._call_hook("on_write", sid, uid, stored)
         return WriteOutcome(entry, pending_since, result.pending)
 

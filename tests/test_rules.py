@@ -5,6 +5,7 @@ and the summary message built on it), and the argument checks (``checks``)."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -492,6 +493,24 @@ def test_checks_return_what_they_accept() -> None:
     assert check_write_id("retry-1") == "retry-1"
     fresh = check_write_id(None)
     assert re.fullmatch(r"[0-9a-f]{32}", fresh) and fresh != new_write_id()
+
+
+def test_fresh_write_ids_never_repeat_in_a_process_or_across_a_fork() -> None:
+    ids = {new_write_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new prefix, not the parent's next ids
+        os.write(write, " ".join(new_write_id() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent = {new_write_id() for _ in range(100)}
+    assert len(child) == 100 and not child & (ids | parent)
+    assert {i[:16] for i in child}.isdisjoint({i[:16] for i in ids})
 
 
 def test_is_memory_knows_a_memory_without_importing_the_client() -> None:
