@@ -238,9 +238,14 @@ local function remember_write(write_id, first, now, n)
   end
   if n % WRITE_IDS_KEPT ~= 0 then return nil end
   local all = redis.call('HGETALL', KEYS[6])
+  local old = {}
   for i = 1, #all, 2 do
     local nth = tonumber(string.match(all[i + 1], ',(%d+)$'))
-    if nth == nil or nth <= n - WRITE_IDS_KEPT then redis.call('HDEL', KEYS[6], all[i]) end
+    if nth == nil or nth <= n - WRITE_IDS_KEPT then old[#old + 1] = all[i] end
+  end
+  -- In batches: one HDEL per id costs more than the rest of the sweep.
+  for i = 1, #old, 500 do
+    redis.call('HDEL', KEYS[6], unpack(old, i, math.min(i + 499, #old)))
   end
   return nil
 end
