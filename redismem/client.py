@@ -49,8 +49,8 @@ from .models import (
     Message,
     SessionInfo,
     Summary,
-    fill_store_fields,
     input_message,
+    stamp_written,
     written_entry,
 )
 from .queue import SummarizeArgs, SummaryQueue
@@ -448,38 +448,35 @@ class Memory:
             encoded.append(blob)
         total = sum(counts)
         self._check_open()
+        call = self._scripts.write(
+            keys,
+            session_id=sid,
+            write_id=wid,
+            ttl_ms=self._config.ttl_ms or 0,
+            max_messages=self._config.max_messages or 0,
+            entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
+            token_count=total,
+            summarize=summarize,
+            recall_ttl_ms=self._recall_ttl_arg,
+            tags=tag_map,
+            messages=encoded,
+        )
+        # Sent (see SessionScripts.write): build the result while Redis runs it.
+        # The messages are this call's own copies (made by _normalize).
+        entry = written_entry(sid, uid, to_store, counts, agent_name, tag_map)
         try:
-            result = await self._scripts.write(
-                keys,
-                session_id=sid,
-                write_id=wid,
-                ttl_ms=self._config.ttl_ms or 0,
-                max_messages=self._config.max_messages or 0,
-                entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
-                token_count=total,
-                summarize=summarize,
-                recall_ttl_ms=self._recall_ttl_arg,
-                tags=tag_map,
-                messages=encoded,
-            )
+            result = await call
         except StoreUnavailable as exc:
             exc.write_id = wid
             exc.add_note(f"the write may still land: retry it with write_id={wid!r}")
             raise
         first_seq, pending_since = result.first_seq, result.pending_since
+        ids = [codec.message_id(first_seq + i) for i in range(len(to_store))]
+        stamp_written(entry, ids, codec.ms_to_datetime(result.created_ms))
         if pending_since and enqueue:
             await self._enqueue_summary(uid, sid, pending_since, summarize)
-        created = codec.ms_to_datetime(result.created_ms)
-        # The messages are this call's own copies (made by _normalize): fill
-        # in the store's fields in place rather than copying them again.
-        for i, (message, count) in enumerate(zip(to_store, counts, strict=True)):
-            fill_store_fields(message, codec.message_id(first_seq + i), created, count)
-        stored = to_store
-        entry = written_entry(
-            codec.message_id(first_seq), sid, uid, stored, created, agent_name, tag_map, total
-        )
         if not result.duplicate and self._config.on_write is not None:
-            await self._call_hook("on_write", sid, uid, stored)
+            await self._call_hook("on_write", sid, uid, to_store)
         return WriteOutcome(entry, pending_since, result.pending)
 
     def summarize_args(self) -> SummarizeArgs | None:

@@ -317,15 +317,27 @@ class CallPolicy:
 
         return await self.run_until(timed)
 
-    async def run_until(self, attempt: Callable[[float], Awaitable[T]]) -> T:
+    def deadline(self) -> float:
+        """The loop time by which an attempt starting now must end."""
+        return asyncio.get_running_loop().time() + self.attempt_timeout
+
+    async def run_until(
+        self, attempt: Callable[[float], Awaitable[T]], *, first: Awaitable[T] | None = None
+    ) -> T:
         """``run`` for an attempt that keeps its deadline itself: it is given
         the loop time by which it must end (the hot path's connection checks
         its calls' deadlines with one timer, cheaper than a timer per call).
+
+        ``first``: the first attempt, already under way (started with
+        ``deadline()``); retries call ``attempt``.
         """
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
             try:
+                if first is not None:
+                    started, first = first, None
+                    return await started
                 return await attempt(loop.time() + self.attempt_timeout)
             except Exception as exc:
                 error = map_error(exc, self.url)

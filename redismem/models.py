@@ -274,39 +274,51 @@ def input_message(data: Mapping[str, Any]) -> Message:
     return Message.model_validate(data)
 
 
-def fill_store_fields(message: Message, id: str, created_at: datetime, token_count: int) -> None:
-    """Set the fields the store fills on write, in place, on a message the
-    write itself validated (and owns)."""
-    message.__dict__.update(id=id, created_at=created_at, token_count=token_count)
-    message.__pydantic_fields_set__.update(("id", "created_at", "token_count"))
+_STORE_FIELDS = ("id", "created_at", "token_count")
 
 
 def written_entry(
-    id: str,
     session_id: str,
     user_id: str,
     messages: list[Message],
-    created_at: datetime,
+    token_counts: list[int],
     agent_name: str | None,
     tags: dict[str, str],
-    token_count: int,
 ) -> MemoryEntry:
-    """The ``MemoryEntry`` a write returns, from values the write checked."""
+    """The ``MemoryEntry`` a write returns, from values the write checked,
+    built while the store runs the write: its id and times are the store's
+    answer, set by ``stamp_written``. The messages are the write's own
+    (validated) copies; their token counts are set here, in place."""
+    for message, count in zip(messages, token_counts, strict=True):
+        message.__dict__["token_count"] = count
     metadata = {
-        "created_at": created_at,
-        "accessed_at": created_at,
+        "created_at": None,
+        "accessed_at": None,
         "agent_name": agent_name,
         "tags": tags,
-        "token_count": token_count,
+        "token_count": sum(token_counts),
     }
     entry = {
-        "id": id,
+        "id": "",
         "session_id": session_id,
         "user_id": user_id,
         "messages": messages,
         "metadata": _trusted(EntryMetadata, metadata, set(metadata)),
     }
     return _trusted(MemoryEntry, entry, set(entry))
+
+
+def stamp_written(entry: MemoryEntry, message_ids: list[str], created_at: datetime) -> None:
+    """Complete a ``written_entry`` with the store's answer: the message ids
+    (the first is the entry's) and the time of the write."""
+    entry.__dict__["id"] = message_ids[0]
+    times = entry.metadata.__dict__
+    times["created_at"] = times["accessed_at"] = created_at
+    for message, id in zip(entry.messages, message_ids, strict=True):
+        fields = message.__dict__
+        fields["id"] = id
+        fields["created_at"] = created_at
+        message.__pydantic_fields_set__.update(_STORE_FIELDS)
 
 
 class Summary(BaseModel):

@@ -202,6 +202,11 @@ async def _loading(
         return await run()
 
 
+async def _write_result(call: Awaitable[Any]) -> WriteResult:
+    first, created, stored, trimmed, since, pending, duplicate = await call
+    return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
+
+
 def _text(value: Any) -> str:
     if value is None or value is False:
         return ""
@@ -249,8 +254,9 @@ class SessionScripts:
         if link is not None:
             replicas = self._replica_acks if acked else 0
             timeout = self._replica_timeout_ms
-            return self._policy.run_until(
-                lambda deadline: link.evalsha(
+
+            def attempt(deadline: float) -> Awaitable[Any]:
+                return link.evalsha(
                     script.sha,
                     script.script,
                     keys,
@@ -259,7 +265,23 @@ class SessionScripts:
                     replica_timeout_ms=timeout,
                     deadline=deadline,
                 )
-            )
+
+            # Sent now when the connection is up: the caller may work while
+            # Redis runs the script (see ``write``). Any trouble sending is
+            # left to the attempts under the policy, which map and retry it.
+            try:
+                first = link.evalsha_now(
+                    script.sha,
+                    script.script,
+                    keys,
+                    args,
+                    replicas=replicas,
+                    replica_timeout_ms=timeout,
+                    deadline=self._policy.deadline(),
+                )
+            except Exception:
+                first = None
+            return self._policy.run_until(attempt, first=first)
         return self._policy.run(lambda: script(keys=keys, args=args))
 
     def _log_full(self) -> None:
@@ -282,7 +304,7 @@ class SessionScripts:
             self._log_full()
             return await call(-1)
 
-    async def write(
+    def write(
         self,
         keys: SessionKeys,
         *,
@@ -296,8 +318,11 @@ class SessionScripts:
         recall_ttl_ms: int | None,
         tags: Mapping[str, str],
         messages: Sequence[bytes],
-    ) -> WriteResult:
-        """``recall_ttl_ms``: None when indexing is off, 0 to keep forever."""
+    ) -> Awaitable[WriteResult]:
+        """Append an entry (the write script). Sent before this returns when
+        the hot path's connection is up: the caller can work while Redis runs
+        it, then await the result. ``recall_ttl_ms``: None when indexing is
+        off, 0 to keep forever."""
         flat_tags = [part for pair in tags.items() for part in pair]
         args = [
             ttl_ms,
@@ -312,10 +337,7 @@ class SessionScripts:
             *flat_tags,
             *messages,
         ]
-        first, created, stored, trimmed, since, pending, duplicate = await self._call(
-            "write", keys.script_keys(), args, acked=True
-        )
-        return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
+        return _write_result(self._call("write", keys.script_keys(), args, acked=True))
 
     async def read(
         self,

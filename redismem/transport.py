@@ -9,7 +9,9 @@ call queued behind the others (pipelined, replies matched in order). It
 runs ``EVALSHA`` (reloading a script the server lost on ``NOSCRIPT``, with
 an optional ``WAIT`` for replicas on the same connection) and ``MULTI``
 blocks, for ``SessionScripts`` and ``Memory.atomic``; everything else goes
-through redis-py.
+through redis-py. ``evalsha_now`` sends before returning, so a write builds
+its result while Redis runs the script; a reply resumes its task at once
+(``redismem.waiter``).
 
 Errors are redis-py's own exception types (replies are classified by
 redis-py's parser), so ``connection.map_error`` and ``CallPolicy`` treat
@@ -59,6 +61,16 @@ def pack_command(args: Sequence[Any]) -> bytes:
     except TypeError as exc:
         raise rexc.DataError(f"cannot send {args!r} to Redis: {exc}") from exc
     return packed
+
+
+def _evalsha_commands(
+    sha: str, keys: Sequence[Any], args: Sequence[Any], replicas: int, replica_timeout_ms: int
+) -> list[tuple[Any, ...]]:
+    """``EVALSHA``, then a ``WAIT`` for ``replicas`` when there are any."""
+    command = ("EVALSHA", sha, len(keys), *keys, *args)
+    if not replicas:
+        return [command]
+    return [command, ("WAIT", replicas, replica_timeout_ms)]
 
 
 def _error(reply: hiredis.ReplyError) -> rexc.RedisError:
@@ -220,7 +232,10 @@ class Link:
     ) -> list[Any]:
         """Send ``commands`` at once and return their replies; the first
         error reply raises (after every reply has arrived)."""
-        replies = await self._replies(commands, deadline)
+        return self._checked(await self._replies(commands, deadline))
+
+    def _checked(self, replies: list[Any]) -> list[Any]:
+        """``replies``, unless one is an error reply: the first raises."""
         for reply in replies:
             if isinstance(reply, hiredis.ReplyError):
                 raise self._failed(reply)
@@ -242,18 +257,54 @@ class Link:
         With ``replicas``, the script's writes must also reach that many
         replicas within ``replica_timeout_ms`` (``WAIT``, sent with it): if
         they do not, ``TimeoutError`` (a retry waits again)."""
-        command = ("EVALSHA", sha, len(keys), *keys, *args)
-        wait = [("WAIT", replicas, replica_timeout_ms)] if replicas else []
+        commands = _evalsha_commands(sha, keys, args, replicas, replica_timeout_ms)
+        protocol = self._live() or await self._connected()
+        sent = protocol.send(commands, deadline)
+        return await self._evalsha_replies(protocol, sent, commands, source, deadline)
+
+    def evalsha_now(
+        self,
+        sha: str,
+        source: str,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        replicas: int = 0,
+        replica_timeout_ms: int = 0,
+        deadline: float = math.inf,
+    ) -> Awaitable[Any] | None:
+        """``evalsha`` with the command sent before this returns, so the
+        caller can work while Redis runs the script and await the reply
+        after; None (nothing sent) when the connection is not up: then call
+        ``evalsha``. The awaitable must be awaited (or closed)."""
+        protocol = self._live()
+        if protocol is None:
+            return None
+        commands = _evalsha_commands(sha, keys, args, replicas, replica_timeout_ms)
+        sent = protocol.send(commands, deadline)
+        return self._evalsha_replies(protocol, sent, commands, source, deadline)
+
+    async def _evalsha_replies(
+        self,
+        protocol: _Protocol,
+        sent: list[Waiter],
+        commands: list[tuple[Any, ...]],
+        source: str,
+        deadline: float,
+    ) -> Any:
+        """The reply of ``_evalsha_commands`` ``sent``: the script's, once
+        the ``WAIT`` (when there is one) saw enough replicas."""
         try:
-            replies = await self.pipeline([command, *wait], deadline=deadline)
+            replies = self._checked(await self._awaited(protocol, sent))
         except rexc.NoScriptError:
             await self.execute("SCRIPT", "LOAD", source, deadline=deadline)
-            replies = await self.pipeline([command, *wait], deadline=deadline)
-        if wait and replies[1] < replicas:
-            raise rexc.TimeoutError(
-                f"the write reached {replies[1]} of {replicas} replica(s) in "
-                f"{replica_timeout_ms} ms"
-            )
+            replies = await self.pipeline(commands, deadline=deadline)
+        if len(commands) > 1:
+            _, replicas, timeout_ms = commands[1]
+            if replies[1] < replicas:
+                raise rexc.TimeoutError(
+                    f"the write reached {replies[1]} of {replicas} replica(s) in {timeout_ms} ms"
+                )
         return replies[0]
 
     async def transaction(
@@ -276,14 +327,15 @@ class Link:
         return list(result)
 
     async def _replies(self, commands: Sequence[Sequence[Any]], deadline: float) -> list[Any]:
-        protocol = self._protocol
-        if protocol is None or protocol.closed:
-            protocol = await self._connected()
-        futures = protocol.send(commands, deadline)
-        if len(futures) == 1:  # the hot path's usual call: nothing else to settle
-            return [await self._reply(protocol, futures[0])]
-        with _settled(futures):
-            return [await self._reply(protocol, future) for future in futures]
+        protocol = self._live() or await self._connected()
+        return await self._awaited(protocol, protocol.send(commands, deadline))
+
+    async def _awaited(self, protocol: _Protocol, sent: list[Waiter]) -> list[Any]:
+        """The replies to the calls ``sent`` on ``protocol``, in order."""
+        if len(sent) == 1:  # the hot path's usual call: nothing else to settle
+            return [await self._reply(protocol, sent[0])]
+        with _settled(sent):
+            return [await self._reply(protocol, waiter) for waiter in sent]
 
     def _failed(self, reply: hiredis.ReplyError) -> rexc.RedisError:
         error = _error(reply)
@@ -315,9 +367,16 @@ class Link:
         if self._protocol is protocol:
             self._protocol = None
 
-    async def _connected(self) -> _Protocol:
+    def _live(self) -> _Protocol | None:
+        """The connection when it is up (else ``_connected`` makes one)."""
         protocol = self._protocol
-        if protocol is not None and not protocol.closed:
+        if protocol is None or protocol.closed:
+            return None
+        return protocol
+
+    async def _connected(self) -> _Protocol:
+        protocol = self._live()
+        if protocol is not None:
             return protocol
         if self._closed:
             raise rexc.ConnectionError("the client was closed")
@@ -442,6 +501,20 @@ class ClusterLinks:
             )
 
         return await self._routed(keys[0], run, None, deadline)
+
+    def evalsha_now(
+        self,
+        sha: str,
+        source: str,
+        keys: Sequence[Any],
+        args: Sequence[Any],
+        *,
+        replicas: int = 0,
+        replica_timeout_ms: int = 0,
+        deadline: float = math.inf,
+    ) -> Awaitable[Any] | None:
+        """Never sends early (a call may be redirected): ``evalsha`` it is."""
+        return None
 
     async def transaction(
         self, commands: Sequence[Sequence[Any]], *, key: Any, deadline: float = math.inf

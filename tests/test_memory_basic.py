@@ -518,6 +518,7 @@ async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, 
     sent: list[str] = []
     original = mem.redis.execute_command
     pipeline, transaction = Link.pipeline, Link.transaction
+    evalsha, evalsha_now = Link.evalsha, Link.evalsha_now
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         sent.append(str(args[0]))
@@ -527,6 +528,16 @@ async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, 
         sent.extend(str(command[0]) for command in commands)
         return await pipeline(link, commands, **options)
 
+    async def counting_evalsha(link: Link, *args: Any, **options: Any) -> Any:
+        sent.append("EVALSHA")
+        return await evalsha(link, *args, **options)
+
+    def counting_evalsha_now(link: Link, *args: Any, **options: Any) -> Any:
+        started = evalsha_now(link, *args, **options)
+        if started is not None:
+            sent.append("EVALSHA")
+        return started
+
     async def counting_transaction(link: Link, commands: Any, **options: Any) -> Any:
         sent.append("MULTI")
         return await transaction(link, commands, **options)
@@ -535,6 +546,8 @@ async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, 
     monkeypatch.setattr(mem.redis, "execute_command", counting)
     monkeypatch.setattr(Link, "pipeline", counting_pipeline)
     monkeypatch.setattr(Link, "transaction", counting_transaction)
+    monkeypatch.setattr(Link, "evalsha", counting_evalsha)
+    monkeypatch.setattr(Link, "evalsha_now", counting_evalsha_now)
     await mem.write([user(f"m{i}") for i in range(50)], session_id="s", tags={"a": "1", "b": "2"})
     assert sent == ["EVALSHA"]
     sent.clear()

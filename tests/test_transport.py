@@ -278,3 +278,53 @@ def test_the_hot_path_runs_on_uvloop(redis_url: str) -> None:
             await admin.aclose()
 
     uvloop.run(scenario())
+
+
+async def test_evalsha_now_sends_at_once_and_falls_back_when_not_connected(
+    redis_url: str,
+) -> None:
+    """``evalsha_now`` puts the command on the wire before returning (the
+    caller works while Redis runs it); with no connection up it sends
+    nothing and returns None. The awaited reply is ``evalsha``'s: a lost
+    script is loaded again, a ``WAIT`` short of replicas raises."""
+    client = open_redis(redis_url)
+    fresh = open_link(redis_url, client, connect_timeout=2.0)
+    assert isinstance(fresh, Link)
+    try:
+        assert fresh.evalsha_now(SHA, SCRIPT, ["k"], ["a"]) is None
+        assert await fresh.evalsha(SHA, SCRIPT, ["k"], ["a"]) == [b"k", b"a"]
+        started = fresh.evalsha_now(SHA, SCRIPT, ["k"], ["b"])
+        assert started is not None
+        assert await started == [b"k", b"b"]
+
+        await fresh.execute("SCRIPT", "FLUSH")
+        lost = fresh.evalsha_now(SHA, SCRIPT, ["k"], ["c"])
+        assert lost is not None and await lost == [b"k", b"c"]
+
+        short = fresh.evalsha_now(SHA, SCRIPT, ["k"], ["d"], replicas=1, replica_timeout_ms=10)
+        assert short is not None
+        with pytest.raises(rexc.TimeoutError, match="reached 0 of 1 replica"):
+            await short
+    finally:
+        await fresh.aclose()
+        await client.aclose()
+
+
+async def test_trouble_sending_early_is_left_to_the_call_policy(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An early send that raises does not surface a raw redis-py error: the
+    call's attempts under the policy run it as usual."""
+    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    try:
+        await memory.write([{"role": "user", "content": "warm"}], session_id="s")
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise rexc.ConnectionError("the socket broke while sending")
+
+        monkeypatch.setattr(Link, "evalsha_now", broken)
+        await memory.write([{"role": "user", "content": "after"}], session_id="s")
+        assert [m.content for m in await memory.read(session_id="s")] == ["warm", "after"]
+    finally:
+        await memory.clear_all()
+        await memory.aclose()
