@@ -776,7 +776,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke check")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop every asyncio side runs on (uvloop: what uvicorn picks when it "
+        "is installed; the sync peers do not use a loop)",
+    )
     args = parser.parse_args(argv)
+    run: Callable[..., Results] = asyncio.run
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            print("bench_core: --loop uvloop needs uvloop: pip install uvloop", file=sys.stderr)
+            return 2
+        run = uvloop.run
 
     plan = QUICK if args.quick else FULL
     if args.rounds:
@@ -788,13 +803,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     if args.url:
-        res = asyncio.run(bench(args.url, plan, log))
+        res = run(bench(args.url, plan, log))
         where = "given by --url"
     else:
         with throwaway_redis() as url:
             log(f"started throwaway redis-server at {url}")
-            res = asyncio.run(bench(url, plan, log))
+            res = run(bench(url, plan, log))
         where = "throwaway redis-server on loopback"
+    if args.loop != "asyncio":
+        where += f", every asyncio side on {args.loop}"
     text, _ = report(res, plan, where)
     print(text)
     log("done")
