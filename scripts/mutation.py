@@ -88,6 +88,16 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
             "tests/test_memory_basic.py",
         ),
     ),
+    "models": (
+        "redismem/models.py",
+        ("input_message", "written_entry", "stamp_written"),
+        ("tests/test_memory_input.py", "tests/test_memory_basic.py"),
+    ),
+    "waiter": (
+        "redismem/waiter.py",
+        None,
+        ("tests/test_waiter.py", "tests/test_transport.py"),
+    ),
     "client": (
         "redismem/client.py",
         (

@@ -156,3 +156,70 @@ async def test_asyncio_treats_it_as_a_future() -> None:
     gathered = asyncio.gather(_await(waiter))
     asyncio.get_running_loop().call_soon(waiter.set_result, "x")
     assert await gathered == ["x"]
+
+
+async def test_a_callback_without_a_context_runs_inside_set_result() -> None:
+    loop = asyncio.get_running_loop()
+    waiter = Waiter(loop)
+    called: list[Waiter] = []
+    waiter.add_done_callback(called.append)
+
+    def from_the_loop() -> None:
+        waiter.set_result(1)
+        assert called == [waiter]
+
+    loop.call_soon(from_the_loop)
+    await asyncio.sleep(0.01)
+    assert called == [waiter]
+
+
+async def test_removing_one_callback_keeps_the_others() -> None:
+    waiter = Waiter(asyncio.get_running_loop())
+    kept: list[Waiter] = []
+    dropped: list[Waiter] = []
+    waiter.add_done_callback(dropped.append)
+    waiter.add_done_callback(kept.append)
+    waiter.add_done_callback(dropped.append)
+    assert waiter.remove_done_callback(dropped.append) == 2
+    waiter.set_result(None)
+    await asyncio.sleep(0)
+    assert kept == [waiter] and dropped == []
+
+
+async def test_set_twice_and_cancel_answer_as_a_future_does() -> None:
+    loop = asyncio.get_running_loop()
+    failed = Waiter(loop)
+    failed.set_exception(ValueError("first"))
+    with pytest.raises(asyncio.InvalidStateError):
+        failed.set_exception(ValueError("second"))
+    with pytest.raises(asyncio.InvalidStateError):
+        failed.set_result(1)
+    assert failed.cancel() is False
+    with pytest.raises(ValueError, match="first"):
+        failed.result()
+
+    pending = Waiter(loop)
+    assert pending.cancel("because") is True
+    assert pending.cancel() is False
+    with pytest.raises(asyncio.CancelledError) as raised:
+        pending.result()
+    assert raised.value.args == ("because",)
+    plain = Waiter(loop)
+    assert plain.cancel() is True
+    with pytest.raises(asyncio.CancelledError) as raised:
+        plain.result()
+    assert raised.value.args == ()
+
+
+def test_awaiting_it_outside_a_task_is_refused() -> None:
+    """Driven by hand rather than by a task, a waiter resumed while still
+    pending says so, as ``asyncio.Future`` does."""
+    loop = asyncio.new_event_loop()
+    try:
+        waiter = Waiter(loop)
+        steps = waiter.__await__()
+        assert next(steps) is waiter
+        with pytest.raises(RuntimeError, match="await wasn't used with future"):
+            steps.send(None)
+    finally:
+        loop.close()
