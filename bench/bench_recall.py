@@ -10,7 +10,9 @@ a. LoCoMo evidence recall@5/10/20 (``--data``, default ``../shared/data/locomo``
    per LoCoMo session, one write per turn: role "user" for speaker_a and
    "assistant" for speaker_b, ``name`` = the speaker, content = the text (plus
    `` [shares: <blip_caption>]`` when an image was shared), ``metadata`` =
-   ``{"dia_id": ...}``. Every question of categories 1-4 with evidence is asked
+   ``{"dia_id": ...}``, each write dated with its session's ``date_time``
+   (``created_at``: the conversation happened then; the time of day is read
+   as UTC). Every question of categories 1-4 with evidence is asked
    with ``search(question, user_id=conversation, limit=20)``; it counts at k
    when any evidence turn is among the top k.
 b. Search latency p50/p99 for one user holding 10,000 and (not with
@@ -57,6 +59,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -251,9 +254,12 @@ async def locomo(mem: Memory, background: Background, data: Path, log: Log) -> L
             by_session[turn.session].append(turn)
 
         async def one_session(n: int, turns: list[Turn]) -> None:
-            for turn in turns:  # one write per turn, in order
+            for turn in turns:  # one write per turn, in order, dated as it was said
                 await mem.write(
-                    [_message(turn)], session_id=f"session_{n}", user_id=f"locomo-{conv.sample}"
+                    [_message(turn)],
+                    session_id=f"session_{n}",
+                    user_id=f"locomo-{conv.sample}",
+                    created_at=turn.created and turn.created.replace(tzinfo=UTC),
                 )
 
         await asyncio.gather(*(one_session(n, t) for n, t in by_session.items()))

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from .errors import InvalidInput
@@ -162,6 +163,22 @@ def check_message_list(messages: object) -> None:
         return
     if isinstance(messages, Message | Mapping) or not isinstance(messages, Iterable):
         raise InvalidInput("messages must be a list of Message objects or dicts")
+
+
+def check_time_ms(value: object, what: str) -> int | None:
+    """A timezone-aware ``datetime`` (or None) as Unix milliseconds, the
+    store's time unit (a finer part is dropped)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a datetime or None, not {type(value).__name__}")
+    if value.tzinfo is None:
+        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
+    return (value - _EPOCH) // _MILLISECOND
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 def check_tags(tags: object) -> dict[str, str]:

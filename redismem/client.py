@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from . import codec, recall
 from .checks import check_count as _check_count
-from .checks import check_message_list, check_optional_str, new_write_id
+from .checks import check_message_list, check_optional_str, check_time_ms, new_write_id
 from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
 from .config import MemoryConfig
@@ -372,11 +372,18 @@ class Memory:
         tags: Mapping[str, str] | None = None,
         agent_name: str | None = None,
         write_id: str | None = None,
+        created_at: datetime | None = None,
     ) -> MemoryEntry:
         """Append ``messages`` to a session as one entry, atomically.
 
         System messages are skipped unless ``store_system_messages``. Returns
         the entry with store-filled ids, timestamps and token counts.
+
+        The entry's time is the server's clock, or ``created_at`` (aware) for
+        a write that records what was said earlier, e.g. importing history:
+        reads, ``entries`` and ``search`` (its date words and ``since`` /
+        ``until``) then see that time, kept to the millisecond; a time after
+        the server's clock counts as now. TTLs still run from now.
 
         Exactly once: a write is stored once however often its command is
         re-sent. ``write_id`` (default: a fresh random id) names the write;
@@ -392,6 +399,7 @@ class Memory:
             tags=tags,
             agent_name=agent_name,
             write_id=write_id,
+            created_at=created_at,
             summarize=self._summarize_settings,
             enqueue=True,
         )
@@ -409,6 +417,7 @@ class Memory:
         enqueue: bool,
         store_system: bool | None = None,
         write_id: str | None = None,
+        created_at: datetime | None = None,
     ) -> WriteOutcome:
         """``write`` with the summarization settings (``SummarizeArgs.encode()``,
         "" for none), the enqueueing and the system-message rule chosen by the
@@ -417,6 +426,9 @@ class Memory:
         wid = _check_write_id(write_id)
         tag_map = _check_tags(tags)
         check_optional_str("agent_name", agent_name)
+        created_ms = check_time_ms(created_at, "created_at")
+        if created_ms is not None and created_ms < 0:
+            raise InvalidInput("created_at must not be before 1970")
         incoming = self._normalize(messages)
         if not incoming:
             raise InvalidInput("messages must not be empty")
@@ -460,6 +472,7 @@ class Memory:
             recall_ttl_ms=self._recall_ttl_arg,
             tags=tag_map,
             messages=encoded,
+            created_ms=created_ms,
         )
         # Sent (see SessionScripts.write): build the result while Redis runs it.
         # The messages are this call's own copies (made by _normalize).

@@ -37,7 +37,7 @@ import msgpack
 
 from . import codec, ranking
 from .analysis import terms
-from .checks import check_optional_str, check_tags
+from .checks import check_optional_str, check_tags, check_time_ms
 from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
@@ -262,16 +262,6 @@ def _decode_doc(record: bytes, score: Any, key: str) -> _Found:
     return _Found(session_id, seq, created_ms, agent, tags, element, value, model, vector, key)
 
 
-def _ms(value: object, what: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise InvalidInput(f"{what} must be a datetime or None, not {type(value).__name__}")
-    if value.tzinfo is None:
-        raise InvalidInput(f"{what} must be timezone-aware (e.g. datetime.now(UTC))")
-    return int(value.timestamp() * 1000)
-
-
 def _role_codes(roles: object) -> str:
     if roles is None:
         return ""
@@ -318,7 +308,7 @@ async def search(
     if agent is not None:
         filters.append(agent_filter_suffix(agent))
     filters += [tag_filter_suffix(k, v) for k, v in check_tags(tags).items()]
-    since_ms, until_ms = _ms(since, "since"), _ms(until, "until")
+    since_ms, until_ms = check_time_ms(since, "since"), check_time_ms(until, "until")
     role_codes = _role_codes(roles)
     qterms = ranking.query_terms(query) if query else {}
     if query and not qterms:

@@ -318,11 +318,13 @@ class SessionScripts:
         recall_ttl_ms: int | None,
         tags: Mapping[str, str],
         messages: Sequence[bytes],
+        created_ms: int | None = None,
     ) -> Awaitable[WriteResult]:
         """Append an entry (the write script). Sent before this returns when
         the hot path's connection is up: the caller can work while Redis runs
         it, then await the result. ``recall_ttl_ms``: None when indexing is
-        off, 0 to keep forever."""
+        off, 0 to keep forever; ``created_ms``: the entry's time when it
+        records the past (None: the server's clock)."""
         flat_tags = [part for pair in tags.items() for part in pair]
         args = [
             ttl_ms,
@@ -333,6 +335,7 @@ class SessionScripts:
             summarize,
             write_id,
             "" if recall_ttl_ms is None else recall_ttl_ms,
+            "" if created_ms is None else created_ms,
             len(tags),
             *flat_tags,
             *messages,

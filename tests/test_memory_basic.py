@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -587,3 +587,57 @@ async def test_bad_env_ttl_is_invalid_input(backend_url, monkeypatch, clean_env)
     monkeypatch.setenv("REDISMEM_TTL", "soon")
     with pytest.raises(InvalidInput):
         await Memory.connect(backend_url)
+
+
+async def test_a_write_can_record_an_earlier_time(make_memory):
+    """``created_at`` dates an entry that records the past (importing
+    history): kept to the millisecond, returned and read back as stored, a
+    time after the server's clock counts as now, and a re-sent write keeps
+    its first time."""
+    mem = await make_memory()
+    then = datetime(2023, 5, 8, 13, 56, 12, 345678, tzinfo=timezone(timedelta(hours=2)))
+    stored = then.replace(microsecond=345000).astimezone(UTC)
+    entry = await mem.write(
+        [user("a"), user("b")], session_id="s", created_at=then, write_id="import-1"
+    )
+    assert entry.metadata.created_at == stored
+    assert [m.created_at for m in entry.messages] == [stored, stored]
+    assert [m.created_at for m in await mem.read(session_id="s")] == [stored, stored]
+    [listed] = await mem.entries(session_id="s")
+    assert listed.metadata.created_at == stored
+
+    again = await mem.write(
+        [user("a"), user("b")],
+        session_id="s",
+        created_at=then + timedelta(days=1),
+        write_id="import-1",
+    )
+    assert again.metadata.created_at == stored
+    assert len(await mem.read(session_id="s")) == 2
+
+    before = datetime.now(UTC)
+    now = await mem.write([user("c")], session_id="s")
+    future = await mem.write([user("d")], session_id="s", created_at=before + timedelta(days=9))
+    after = datetime.now(UTC)
+    for written in (now, future):
+        assert before - timedelta(seconds=5) <= written.metadata.created_at <= after
+    times = [m.created_at for m in await mem.read(session_id="s")]
+    assert times[:2] == [stored, stored] and all(t > stored for t in times[2:])
+
+
+async def test_a_written_entry_is_a_complete_valid_model(make_memory):
+    """The entry ``write`` builds without validation equals its validated
+    copy: every field present once, the store fields set and marked set."""
+    mem = await make_memory()
+    entry = await mem.write(
+        [user("hi"), tool_call("c1"), tool_result("c1", "ok")],
+        session_id="s",
+        tags={"k": "v"},
+        agent_name="a",
+    )
+    assert MemoryEntry.model_validate(entry.model_dump()) == entry
+    assert entry.metadata.accessed_at == entry.metadata.created_at is not None
+    assert entry.id == entry.messages[0].id
+    for message in entry.messages:
+        assert {"id", "created_at", "token_count"} <= message.model_fields_set
+        assert message.created_at == entry.metadata.created_at

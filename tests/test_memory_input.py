@@ -3,7 +3,8 @@ and hostile ids stay inside their own keys."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import contextlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -489,11 +490,34 @@ _ANY_VALUE = st.one_of(
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.just([{"id": "c1", "name": "f", "arguments": "{}"}]),
 )
-_INPUTS = st.dictionaries(
-    st.sampled_from(["role", "content", "name", "tool_calls", "tool_call_id", "metadata", "extra"]),
-    _ANY_VALUE,
-    max_size=7,
-)
+_FIELDS = ["role", "content", "name", "tool_calls", "tool_call_id", "metadata", "extra"]
+
+
+@st.composite
+def _inputs(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid message of the usual shape with up to two fields replaced by
+    anything (or removed): inputs on both sides of the fast path's edge."""
+    data: dict[str, Any] = {
+        "role": draw(st.sampled_from(["user", "assistant", "tool", "system"])),
+        "content": draw(st.text(max_size=8)),
+    }
+    for key, value in (
+        ("name", st.one_of(st.none(), st.text(max_size=4))),
+        ("tool_call_id", st.one_of(st.none(), st.text(max_size=4))),
+        ("tool_calls", st.just([])),
+        ("metadata", st.just({})),
+    ):
+        if draw(st.booleans()):
+            data[key] = draw(value)
+    for key in draw(st.lists(st.sampled_from(_FIELDS), max_size=2, unique=True)):
+        if draw(st.integers(0, 3)) == 0:
+            data.pop(key, None)
+        else:
+            data[key] = draw(_ANY_VALUE)
+    return data
+
+
+_INPUTS = _inputs()
 
 
 @settings(max_examples=3000, deadline=None)
@@ -539,3 +563,71 @@ async def test_a_message_object_is_checked_again_and_copied(make_memory, raw) ->
     with pytest.raises(InvalidInput, match=r"messages\[0\] is invalid"):
         await mem.write([broken], session_id="s")
     assert await snapshot(raw) == before
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "name": "bot", "tool_calls": [], "metadata": {}},
+        {"role": "tool", "content": "42", "tool_call_id": "c1", "name": None},
+        {"role": "system", "content": "s", "tool_call_id": None},
+    ],
+)
+def test_the_usual_message_shape_skips_pydantic(data: dict[str, Any], monkeypatch) -> None:
+    """The write path's common case is checked without a pydantic pass (its
+    cost on every write is what ``input_message`` exists to save)."""
+    expected = Message.model_validate(data)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pydantic was asked")
+
+    monkeypatch.setattr(Message, "model_validate", refuse)
+    got = input_message(data)
+    assert got.model_dump() == expected.model_dump()
+    assert got.model_fields_set == expected.model_fields_set == set(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"role": "user", "content": "hi", "metadata": {"k": 1}},
+        {"role": "assistant", "tool_calls": [{"id": "c", "name": "f", "arguments": "{}"}]},
+        {"role": "user", "content": b"bytes"},
+        {"role": "user", "content": "x", "extra": 1},
+        {"role": "robot", "content": "x"},
+        {"role": "user", "content": "x", "name": 5},
+        {"role": "user", "content": "x", "tool_call_id": 5},
+        {"role": "user", "content": "x", "tool_calls": ()},
+        {"role": "user", "content": "x", "metadata": []},
+    ],
+)
+def test_other_shapes_go_through_pydantic(data: dict[str, Any], monkeypatch) -> None:
+    asked: list[object] = []
+    validate = Message.model_validate
+
+    def spy(value: object) -> Message:
+        asked.append(value)
+        return validate(value)
+
+    monkeypatch.setattr(Message, "model_validate", spy)
+    with contextlib.suppress(ValidationError):
+        input_message(data)
+    assert asked == [data]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        datetime(2023, 5, 8),  # naive
+        "2023-05-08T00:00:00Z",
+        1683504000,
+        datetime(1969, 12, 31, 23, 59, tzinfo=UTC),
+    ],
+    ids=repr,
+)
+async def test_a_bad_created_at_is_rejected_and_changes_nothing(seeded, raw, bad):
+    mem, _, before, before_ttl = seeded
+    with pytest.raises(InvalidInput, match="created_at"):
+        await mem.write([user("x")], session_id="s", created_at=bad)
+    await _assert_unchanged(raw, before, before_ttl)

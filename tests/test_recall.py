@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -1094,3 +1094,25 @@ async def test_build_context_recalls_other_sessions_fenced_and_without_duplicate
         session_id="current", request="where is my passport?", max_tokens=40, recall=3
     )
     assert tight.token_count <= 40
+
+
+async def test_a_write_dated_earlier_is_searched_by_that_date(mem, background):
+    """History imported with ``created_at``: the hit carries that time, the
+    date's words find it and ``since``/``until`` filter on it."""
+    may = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    june = datetime(2023, 6, 20, 9, 0, tzinfo=UTC)
+    await mem.write([user("we adopted a puppy")], session_id="old", created_at=may)
+    await mem.write([user("the puppy learned to sit")], session_id="later", created_at=june)
+    await mem.write([user("the puppy is grown now")], session_id="today")
+    await settle(mem, background)
+
+    hits = await mem.search("puppy", limit=10)
+    assert {h.session_id: h.created_at for h in hits if h.session_id != "today"} == {
+        "old": may,
+        "later": june,
+    }
+    assert [h.session_id for h in await mem.search("puppy May 2023")][:1] == ["old"]
+    in_june = await mem.search("puppy", since=datetime(2023, 6, 1, tzinfo=UTC))
+    assert sorted(h.session_id for h in in_june) == ["later", "today"]
+    before = await mem.search("puppy", until=datetime(2023, 6, 1, tzinfo=UTC))
+    assert [h.session_id for h in before] == ["old"]

@@ -14,8 +14,10 @@
 -- ARGV[8]      recall ttl in ms for the recall index ("" = indexing off,
 --              "0" = keep forever): with indexing on, every write makes the
 --              session due for the workers
--- ARGV[9]      T, the number of tag pairs; ARGV[10 .. 9+2T] tag keys and values
--- ARGV[10+2T..] the encoded messages, oldest first
+-- ARGV[9]      the entry's time in ms, for a write recording what happened
+--              earlier ("" = now; a later time counts as now)
+-- ARGV[10]     T, the number of tag pairs; ARGV[11 .. 10+2T] tag keys and values
+-- ARGV[11+2T..] the encoded messages, oldest first
 -- Returns {first_seq, created_ms, messages stored in the session, trimmed,
 --          pending_since, pending, duplicate}: pending_since > 0 when this
 --          write made the session newly pending summarization (the caller then
@@ -28,8 +30,8 @@ local max_messages = tonumber(ARGV[2])
 local sid = ARGV[3]
 local write_id = ARGV[7]
 local recall_ttl = ARGV[8]
-local ntags = tonumber(ARGV[9])
-local first_msg = 10 + 2 * ntags
+local ntags = tonumber(ARGV[10])
+local first_msg = 11 + 2 * ntags
 local count = #ARGV - first_msg + 1
 
 local meta = load_meta()
@@ -43,9 +45,12 @@ local function pending_now()
 end
 
 local now = now_ms()
+-- The entry's time; TTLs, the access time and the pending mark keep `now`.
+local at = now
+if ARGV[9] ~= '' then at = math.min(tonumber(ARGV[9]), now) end
 local first = tonumber(meta and meta[1] or '0') + 1
 local writes = tonumber(meta and meta[4] or '0') + 1
-local seen = remember_write(write_id, first, now, writes)
+local seen = remember_write(write_id, first, at, writes)
 if seen then
   local applied, created = string.match(seen, '^(%d+),(%d+)')
   return {tonumber(applied), tonumber(created), len, 0, 0, pending_now(), 1}
@@ -63,7 +68,7 @@ if touching then prune_expired(now) end
 if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
-  redis.call('HSET', KEYS[2], 'created', now, 'gen', write_id)
+  redis.call('HSET', KEYS[2], 'created', at, 'gen', write_id)
   meta = {'0', '0', '0', '0', nil, '0', '0', nil}
 end
 local last = first + count - 1
@@ -72,10 +77,10 @@ redis.call('HSET', KEYS[2], 'seq', last, 'tokens', tonumber(meta[3]) + tonumber(
 for i = first_msg, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-redis.call('RPUSH', KEYS[3], first .. ',' .. now .. ',' .. ARGV[4])
+redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4])
 
 local indexed = 0
-for i = 10, 9 + 2 * ntags, 2 do
+for i = 11, 10 + 2 * ntags, 2 do
   local k, v = ARGV[i], ARGV[i + 1]
   redis.call('HSET', KEYS[4], k, v)
   local pair = lp(k) .. lp(v)
@@ -103,4 +108,4 @@ else
   if indexed > 0 or pending_since > 0 then fit_user_ttl() end
 end
 if pending == nil then pending = pending_now() end
-return {first, now, len, trimmed, pending_since, pending, 0}
+return {first, at, len, trimmed, pending_since, pending, 0}
