@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from helpers import assistant, keys_matching, pttls, tool_call, tool_result, user
 
-from redismem import ClientClosed, InvalidInput, Memory, MemoryEntry, Message, RedisMemError
+from redismem import (
+    ClientClosed,
+    EntryMetadata,
+    InvalidInput,
+    Memory,
+    MemoryEntry,
+    Message,
+    RedisMemError,
+)
 from redismem.tokens import message_tokens
 from redismem.transport import Link
 
@@ -636,6 +644,10 @@ async def test_a_written_entry_is_a_complete_valid_model(make_memory):
         agent_name="a",
     )
     assert MemoryEntry.model_validate(entry.model_dump()) == entry
+    # Exactly the model's fields (pydantic's equality ignores anything else).
+    assert list(entry.__dict__) == list(MemoryEntry.model_fields)
+    assert list(entry.metadata.__dict__) == list(EntryMetadata.model_fields)
+    assert all(list(m.__dict__) == list(Message.model_fields) for m in entry.messages)
     assert entry.metadata.accessed_at == entry.metadata.created_at is not None
     assert entry.id == entry.messages[0].id
     for message in entry.messages:
