@@ -547,6 +547,7 @@ class Results:
     index_bytes: dict[int, tuple[float, float, int]] = field(default_factory=dict)
     store_bytes: tuple[float, int] | None = None
     memory_note: str = ""
+    embedder: str | None = None
 
 
 async def bench(
@@ -559,7 +560,7 @@ async def bench(
     cleanup: bool = False,
     embedder: str | None = None,
 ) -> Results:
-    res = Results()
+    res = Results(embedder=embedder)
     mem = await Memory.connect(
         url, namespace=NAMESPACE, queue_name=QUEUE, summarize_delay=FILL_DELAY, embedder=embedder
     )
@@ -632,7 +633,13 @@ def report_locomo(t: Table, res: Results) -> None:
         t.row(label, f"{a:.3f}", f"{b:.3f}", f"{c:.3f}", goal)
 
     at10 = recall_at(every, 10)
-    row("overall", every, t.goal(">= 0.75 @10", at10 >= 0.75))
+    # The goals: 0.75 keyword-only, 0.85 with the minilm embedder.
+    if res.embedder == "minilm":
+        row("overall", every, t.goal(">= 0.85 @10 (minilm)", at10 >= 0.85))
+    elif res.embedder is None:
+        row("overall", every, t.goal(">= 0.75 @10", at10 >= 0.75))
+    else:
+        row("overall", every)
     by_cat: dict[int, list[int]] = defaultdict(list)
     for found in lr.first_hits.values():
         for cat, p in found:
