@@ -83,7 +83,7 @@ from .counting import estimate_messages_tokens
 from .errors import InvalidInput, StoreError, SummarizerError
 from .fencing import summary_message
 from .keys import validate_id
-from .models import Message, Summary
+from .models import STORE_FIELDS, Message, Summary
 from .strategies import MemoryStrategy, TokenBudget
 from .summarize import summarize_pass
 from .summarizers import Summarizer
@@ -108,7 +108,6 @@ SNAPSHOT_VERSION: Final = 1
 _ATTEMPTS = 5
 #: Most manage() runs one auto-manage makes in a row.
 _AUTO_ROUNDS = 3
-_STORE_FIELDS = ("id", "created_at", "token_count")
 
 
 class WindowStats(BaseModel):
@@ -188,9 +187,9 @@ class _VerifyingSummarizer:
 def _to_message(item: object, position: int) -> Message:
     """A fresh copy of ``item`` without the fields the store fills."""
     if isinstance(item, Message):
-        data: Mapping[str, Any] = item.model_dump(exclude=set(_STORE_FIELDS))
+        data: Mapping[str, Any] = item.model_dump(exclude=set(STORE_FIELDS))
     elif isinstance(item, Mapping):
-        data = {k: v for k, v in item.items() if k not in _STORE_FIELDS}
+        data = {k: v for k, v in item.items() if k not in STORE_FIELDS}
     else:
         raise InvalidInput(
             f"messages[{position}] must be a Message or a dict, not {type(item).__name__}"

@@ -42,6 +42,7 @@ from .fencing import summary_message
 from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
 from .models import (
     INPUT_FIELDS,
+    STORE_FIELDS,
     Context,
     EntryMetadata,
     Hit,
@@ -284,13 +285,7 @@ class Memory:
         out: list[Message] = []
         for i, item in enumerate(cast(Iterable[Any], messages)):
             try:
-                if type(item) is dict:
-                    if "id" in item or "created_at" in item or "token_count" in item:
-                        item = {
-                            k: v
-                            for k, v in item.items()
-                            if k not in ("id", "created_at", "token_count")
-                        }
+                if type(item) is dict or isinstance(item, Mapping):  # type(): no ABC check
                     message = input_message(item)
                 elif isinstance(item, Message):
                     # Validated again: a model's fields can be assigned anything.
@@ -303,16 +298,7 @@ class Memory:
                     ):
                         message = input_message({k: fields[k] for k in INPUT_FIELDS})
                     else:  # copies of the nested values, as model_dump makes them
-                        message = Message.model_validate(
-                            item.model_dump(exclude={"id", "created_at", "token_count"})
-                        )
-                elif isinstance(item, Mapping):
-                    data = {
-                        k: v
-                        for k, v in item.items()
-                        if k not in ("id", "created_at", "token_count")
-                    }
-                    message = input_message(data)
+                        message = Message.model_validate(item.model_dump(exclude=set(STORE_FIELDS)))
                 else:
                     raise InvalidInput(
                         f"messages[{i}] must be a Message or a dict, not {type(item).__name__}"

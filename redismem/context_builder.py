@@ -58,7 +58,7 @@ from .checks import check_fraction, check_int
 from .counting import fit_text, message_tokens
 from .errors import InvalidInput
 from .fencing import SUMMARY_LABEL, fence, new_marker, quote
-from .models import Message
+from .models import STORE_FIELDS, Message
 from .toolgroups import drop_orphan_tool_results
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ def _request_message(request: object) -> Message:
     if isinstance(request, str):
         return Message(role="user", content=request)
     if isinstance(request, Message):
-        data: object = request.model_dump(exclude={"id", "created_at", "token_count"})
+        data: object = request.model_dump(exclude=set(STORE_FIELDS))
     elif isinstance(request, Mapping):
-        data = {k: v for k, v in request.items() if k not in ("id", "created_at", "token_count")}
+        data = {k: v for k, v in request.items() if k not in STORE_FIELDS}
     else:
         raise InvalidInput(
             f"request must be a str, a Message or a dict, not {type(request).__name__}"

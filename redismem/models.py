@@ -234,8 +234,8 @@ _ABSENT: Any = object()
 
 
 def input_message(data: Mapping[str, Any]) -> Message:
-    """The ``Message`` that ``data`` (caller input, store fields removed)
-    describes, validated, as a new object the caller owns.
+    """The ``Message`` that ``data`` (caller input; its ``STORE_FIELDS`` are
+    ignored) describes, validated, as a new object the caller owns.
 
     The usual shape (a role, str content, optional name and tool_call_id, no
     tool calls or metadata) is checked here directly; anything else goes
@@ -243,6 +243,8 @@ def input_message(data: Mapping[str, Any]) -> Message:
     Both ways give the same message (fields set included): the fast way
     only accepts what pydantic accepts unchanged.
     """
+    if not STORE_FIELDS.isdisjoint(data):
+        data = {k: v for k, v in data.items() if k not in STORE_FIELDS}
     role = data.get("role")
     content = data.get("content")
     name = data.get("name")
@@ -274,7 +276,8 @@ def input_message(data: Mapping[str, Any]) -> Message:
     return Message.model_validate(data)
 
 
-_STORE_FIELDS = ("id", "created_at", "token_count")
+#: The fields the store fills on write (values given for them are ignored).
+STORE_FIELDS = frozenset({"id", "created_at", "token_count"})
 
 
 def written_entry(
@@ -318,7 +321,7 @@ def stamp_written(entry: MemoryEntry, message_ids: list[str], created_at: dateti
         fields = message.__dict__
         fields["id"] = id
         fields["created_at"] = created_at
-        message.__pydantic_fields_set__.update(_STORE_FIELDS)
+        message.__pydantic_fields_set__.update(STORE_FIELDS)
 
 
 class Summary(BaseModel):

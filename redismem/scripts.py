@@ -255,15 +255,11 @@ class SessionScripts:
             replicas = self._replica_acks if acked else 0
             timeout = self._replica_timeout_ms
 
+            call = (script.sha, script.script, keys, args)
+
             def attempt(deadline: float) -> Awaitable[Any]:
                 return link.evalsha(
-                    script.sha,
-                    script.script,
-                    keys,
-                    args,
-                    replicas=replicas,
-                    replica_timeout_ms=timeout,
-                    deadline=deadline,
+                    *call, replicas=replicas, replica_timeout_ms=timeout, deadline=deadline
                 )
 
             # Sent now when the connection is up: the caller may work while
@@ -271,10 +267,7 @@ class SessionScripts:
             # left to the attempts under the policy, which map and retry it.
             try:
                 first = link.evalsha_now(
-                    script.sha,
-                    script.script,
-                    keys,
-                    args,
+                    *call,
                     replicas=replicas,
                     replica_timeout_ms=timeout,
                     deadline=self._policy.deadline(),
