@@ -372,7 +372,7 @@ class Memory:
         the server's clock counts as now. TTLs still run from now.
 
         Exactly once: a write is stored once however often its command is
-        re-sent. ``write_id`` (default: a fresh random id) names the write;
+        re-sent. ``write_id`` (default: a fresh unique id) names the write;
         calling ``write`` again with the same id and session returns the first
         result and stores nothing more. A write that raised
         ``StoreUnavailable`` may still land later: retry it with
