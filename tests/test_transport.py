@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_asyncio
@@ -325,6 +326,47 @@ async def test_trouble_sending_early_is_left_to_the_call_policy(
         monkeypatch.setattr(Link, "evalsha_now", broken)
         await memory.write([{"role": "user", "content": "after"}], session_id="s")
         assert [m.content for m in await memory.read(session_id="s")] == ["warm", "after"]
+    finally:
+        await memory.clear_all()
+        await memory.aclose()
+
+
+async def test_dated_writes_re_sent_after_killed_connections_keep_one_copy_and_their_time(
+    redis_url: str, admin: aioredis.Redis
+) -> None:
+    """``created_at`` rides the same exactly-once path: writes whose
+    connection is killed under them are re-sent, stored once, each with the
+    time it was given."""
+    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    start = datetime(2023, 5, 8, tzinfo=UTC)
+    try:
+        await memory.write([{"role": "user", "content": "warm"}], session_id="warm")
+
+        async def writer(n: int) -> None:
+            for i in range(40):
+                await memory.write(
+                    [{"role": "user", "content": f"{n}-{i}"}],
+                    session_id=f"s{n}",
+                    created_at=start + timedelta(minutes=i),
+                )
+
+        killed = 0
+
+        async def killer() -> None:
+            nonlocal killed
+            for _ in range(5):
+                await asyncio.sleep(0.02)
+                for client in await admin.client_list():
+                    if client.get("cmd") in ("evalsha", "exec", "multi"):
+                        killed += await admin.client_kill_filter(_id=int(client["id"]))
+
+        await asyncio.gather(*(writer(n) for n in range(8)), killer())
+        assert killed >= 3
+        for n in range(8):
+            stored = await memory.read(session_id=f"s{n}")
+            assert [m.content for m in stored] == [f"{n}-{i}" for i in range(40)]
+            times = [start + timedelta(minutes=i) for i in range(40)]
+            assert [m.created_at for m in stored] == times
     finally:
         await memory.clear_all()
         await memory.aclose()
