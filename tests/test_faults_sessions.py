@@ -144,7 +144,7 @@ async def test_a_session_whose_keys_were_evicted_apart_raises_corrupt_data(
     await mem.write([user("other")], session_id="other")
     keys = mem.layout.session("default", SID)
     await raw.delete(getattr(keys, evicted))
-    before = await snapshot(raw)
+    before = await snapshot(raw, mem.layout.namespace_pattern())
 
     for call in (
         lambda: mem.write([user("x")], session_id=SID),
@@ -158,7 +158,7 @@ async def test_a_session_whose_keys_were_evicted_apart_raises_corrupt_data(
         assert info.value.key.startswith(mem.layout.user_prefix("default") + "s:s1:")
         assert "clear" in str(info.value)
     # Nothing changed, no id was renumbered; other sessions are fine.
-    assert await snapshot(raw) == before
+    assert await snapshot(raw, mem.layout.namespace_pattern()) == before
     assert [m.content for m in await mem.read(session_id="other")] == ["other"]
     # Clearing the session heals it.
     await mem.clear(session_id=SID)

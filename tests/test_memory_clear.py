@@ -46,20 +46,22 @@ async def test_clearing_the_last_session_leaves_no_user_key(make_memory, raw):
     assert await keys_matching(raw, mem.layout.user_pattern("default")) == []
 
 
-async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(make_memory, raw):
+async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(
+    make_memory, raw, namespace
+):
     mem = await make_memory(index=False)  # the session key layout (recall: test_recall.py)
     for uid in ["alice", *NEIGHBOURS]:
         for sid in ("s1", "s2"):
             await mem.write([user(f"{uid}/{sid}")], session_id=sid, user_id=uid, tags={"t": uid})
     alice_keys = await keys_matching(raw, mem.layout.user_pattern("alice"))
     assert len(alice_keys) == 12
-    everything_before = await snapshot(raw)
+    everything_before = await snapshot(raw, f"*{namespace}*")  # the test's keys (shared server)
     others_before = {k: v for k, v in everything_before.items() if k not in alice_keys}
 
     removed = await mem.clear_user("alice")
     assert removed == len(alice_keys)
     assert await keys_matching(raw, mem.layout.user_pattern("alice")) == []
-    assert await snapshot(raw) == others_before
+    assert await snapshot(raw, f"*{namespace}*") == others_before
     assert await mem.sessions(user_id="alice") == []
     for uid in NEIGHBOURS:
         assert [m.content for m in await mem.read(session_id="s1", user_id=uid)] == [f"{uid}/s1"]
@@ -89,12 +91,13 @@ async def test_clear_all_removes_the_namespace_and_nothing_outside(make_memory, 
     await raw.set(f"x{namespace}:y", b"namespace inside")
     await raw.rpush(f"{namespace}-list", b"a", b"b")
     own = await keys_matching(raw, f"{namespace}:*")
-    everything_before = await snapshot(raw)
+    # Every key holding the namespace anywhere (the test's keys: the server is shared).
+    everything_before = await snapshot(raw, f"*{namespace}*")
     outside_before = {k: v for k, v in everything_before.items() if k not in own}
     assert len(outside_before) >= 8
 
     assert await mem.clear_all() == len(own)
     assert await keys_matching(raw, f"{namespace}:*") == []
-    assert await snapshot(raw) == outside_before
+    assert await snapshot(raw, f"*{namespace}*") == outside_before
     assert [m.content for m in await sibling.read(session_id="s", user_id="alice")] == ["sibling"]
     assert await mem.clear_all() == 0

@@ -22,22 +22,24 @@ from redismem.validation import MAX_DEPTH
 SMALL_LIMIT = 1000
 
 
-async def _assert_unchanged(raw: Any, before: Snapshot, before_ttl: dict[bytes, int]) -> None:
-    assert await snapshot(raw) == before
-    after_ttl = await pttls(raw, "*")
+async def _assert_unchanged(
+    raw: Any, namespace: str, before: Snapshot, before_ttl: dict[bytes, int]
+) -> None:
+    assert await snapshot(raw, f"{namespace}:*") == before
+    after_ttl = await pttls(raw, f"{namespace}:*")
     # Not refreshed either: a rejected read must not slide the TTL.
     assert all(after_ttl[k] <= before_ttl[k] for k in after_ttl), (before_ttl, after_ttl)
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def seeded(make_memory, raw):
-    """A store with some data, a snapshot of it, and clients to misuse."""
+async def seeded(make_memory, raw, namespace):
+    """A store with some data, a snapshot of its namespace, and clients to misuse."""
     mem = await make_memory(ttl=60)
     small = await make_memory(ttl=60, max_message_bytes=SMALL_LIMIT)
     await mem.write([user("a"), user("b")], session_id="s", tags={"k": "v"})
     await mem.write([user("c")], session_id="s2", user_id="bob")
-    before = await snapshot(raw)
-    ttl = await pttls(raw, "*")
+    before = await snapshot(raw, f"{namespace}:*")
+    ttl = await pttls(raw, f"{namespace}:*")
     assert before
     return mem, small, before, ttl
 
@@ -193,17 +195,17 @@ BAD_WRITES: dict[str, tuple[Any, dict[str, Any]]] = {
 
 
 @pytest.mark.parametrize("case", list(BAD_WRITES), ids=list(BAD_WRITES))
-async def test_bad_write_is_rejected_and_writes_nothing(seeded, raw, case):
+async def test_bad_write_is_rejected_and_writes_nothing(seeded, raw, case, namespace):
     _, small, before, ttl = seeded
     messages, kwargs = BAD_WRITES[case]
     kwargs = {"session_id": "s", **kwargs}
     with pytest.raises(InvalidInput) as info:
         await small.write(messages, **kwargs)
     _expect_invalid(info)
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
 
 
-async def test_poisoned_metadata_is_rejected_and_the_session_stays_readable(seeded, raw):
+async def test_poisoned_metadata_is_rejected_and_the_session_stays_readable(seeded, raw, namespace):
     """Issue 7, defect 5: ``{"d": {(1, 2): "x"}}`` was stored, then every read of
     the session raised ``CorruptData``."""
     mem, _, before, ttl = seeded
@@ -212,7 +214,7 @@ async def test_poisoned_metadata_is_rejected_and_the_session_stays_readable(seed
         InvalidInput, match=r"(?s)messages\[0\] is invalid.*metadata\['d'\] has a key"
     ):
         await mem.write(poisoned, session_id="s", tags={"k": "v"})
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
     assert [m.content for m in await mem.read(session_id="s")] == ["a", "b"]
     assert len(await mem.entries(session_id="s")) == 1
 
@@ -246,11 +248,11 @@ async def test_what_is_accepted_comes_back_exactly(make_memory):
     ]
 
 
-async def test_default_size_limit_is_one_mebibyte(seeded, raw):
+async def test_default_size_limit_is_one_mebibyte(seeded, raw, namespace):
     mem, _, before, ttl = seeded
     with pytest.raises(InvalidInput):
         await mem.write([user("x" * (1024 * 1024))], session_id="s")
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
     entry = await mem.write([user("x" * (1024 * 1024 - 100))], session_id="s")
     assert len(entry.messages) == 1
 
@@ -264,12 +266,14 @@ async def test_default_size_limit_is_one_mebibyte(seeded, raw):
         pytest.param(lambda text: "3", id="str"),
     ],
 )
-async def test_a_broken_tokenizer_is_rejected_before_writing(seeded, make_memory, raw, tokenizer):
+async def test_a_broken_tokenizer_is_rejected_before_writing(
+    seeded, make_memory, raw, tokenizer, namespace
+):
     _, _, before, ttl = seeded
     mem = await make_memory(tokenizer=tokenizer)
     with pytest.raises(InvalidInput):
         await mem.write([user("a")], session_id="s")
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
 
 
 BAD_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -301,21 +305,21 @@ BAD_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 @pytest.mark.parametrize("case", list(BAD_CALLS), ids=list(BAD_CALLS))
-async def test_bad_arguments_are_rejected_and_change_nothing(seeded, raw, case):
+async def test_bad_arguments_are_rejected_and_change_nothing(seeded, raw, case, namespace):
     mem, _, before, ttl = seeded
     method, kwargs = BAD_CALLS[case]
     with pytest.raises(InvalidInput) as info:
         await getattr(mem, method)(**kwargs)
     _expect_invalid(info)
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
 
 
 @pytest.mark.parametrize("user_id", ["", None, 5, b"default", "x" * (MAX_ID_BYTES + 1)], ids=repr)
-async def test_clear_user_rejects_bad_ids_and_deletes_nothing(seeded, raw, user_id):
+async def test_clear_user_rejects_bad_ids_and_deletes_nothing(seeded, raw, user_id, namespace):
     mem, _, before, ttl = seeded
     with pytest.raises(InvalidInput):
         await mem.clear_user(user_id)
-    await _assert_unchanged(raw, before, ttl)
+    await _assert_unchanged(raw, namespace, before, ttl)
 
 
 BAD_OPTIONS: dict[str, dict[str, Any]] = {
@@ -415,13 +419,12 @@ async def test_hostile_ids_round_trip(make_memory, raw, namespace):
     listed = {s.session_id for s in await mem.sessions(user_id="a")}
     assert listed == set(HOSTILE)
 
-    # Every key parses back to the ids that made it, and none escapes the layout.
+    # Every key parses back to the ids that made it, and none escapes the
+    # layout: every key holding the namespace anywhere is one of its users'.
     layout = mem.layout
     owners = set()
-    for key in await keys_matching(raw, "*"):
+    for key in await keys_matching(raw, f"*{namespace}*"):
         text = key.decode("ascii")
-        if text.startswith(("arq:", "redismem/")):
-            continue  # the work queue's keys (other tests' jobs)
         assert text.startswith(f"{namespace}:{{u:")
         parsed = layout.parse_key(text)
         assert layout.user_prefix(parsed.user_id) in text
@@ -448,16 +451,17 @@ async def test_hostile_user_ids_cannot_reach_another_user(make_memory, raw):
     assert [m.content for m in await mem.read(session_id="s", user_id="a")] == ["a's secret"]
 
 
-async def test_clear_user_of_hostile_ids_touches_only_that_user(make_memory, raw):
+async def test_clear_user_of_hostile_ids_touches_only_that_user(make_memory, raw, namespace):
     mem = await make_memory(index=False)
     for hostile in HOSTILE:
         await mem.write([user(hostile)], session_id="s", user_id=hostile, tags={"t": "1"})
     for victim in ("*", "a}", "[a-z]", "%41", "{u:a}"):
         victim_keys = await keys_matching(raw, mem.layout.user_pattern(victim))
         assert len(victim_keys) == 7  # 5 session keys, sessions and tagidx
-        before = {k: v for k, v in (await snapshot(raw)).items() if k not in victim_keys}
+        own = await snapshot(raw, f"*{namespace}*")
+        before = {k: v for k, v in own.items() if k not in victim_keys}
         assert await mem.clear_user(victim) == 7
-        assert await snapshot(raw) == before
+        assert await snapshot(raw, f"*{namespace}*") == before
         assert await mem.read(session_id="s", user_id=victim) == []
     assert [m.content for m in await mem.read(session_id="s", user_id="A")] == ["A"]
 
@@ -545,7 +549,7 @@ def test_the_fast_message_check_agrees_with_pydantic(data: dict[str, Any]) -> No
     assert got.metadata is not data.get("metadata")
 
 
-async def test_a_message_object_is_checked_again_and_copied(make_memory, raw) -> None:
+async def test_a_message_object_is_checked_again_and_copied(make_memory, raw, namespace) -> None:
     """A ``Message`` object is validated again on write (a model's fields can
     be assigned anything) and the entry returned shares nothing with it."""
     mem = await make_memory()
@@ -557,12 +561,12 @@ async def test_a_message_object_is_checked_again_and_copied(make_memory, raw) ->
     nested.metadata["a"].append(2)
     assert entry.messages[1].metadata == {"a": [1]}
 
-    before = await snapshot(raw)
+    before = await snapshot(raw, f"{namespace}:*")
     broken = Message(role="user", content="fine")
     broken.content = None  # type: ignore[assignment]
     with pytest.raises(InvalidInput, match=r"messages\[0\] is invalid"):
         await mem.write([broken], session_id="s")
-    assert await snapshot(raw) == before
+    assert await snapshot(raw, f"{namespace}:*") == before
 
 
 @pytest.mark.parametrize(
@@ -626,8 +630,8 @@ def test_other_shapes_go_through_pydantic(data: dict[str, Any], monkeypatch) -> 
     ],
     ids=repr,
 )
-async def test_a_bad_created_at_is_rejected_and_changes_nothing(seeded, raw, bad):
+async def test_a_bad_created_at_is_rejected_and_changes_nothing(seeded, raw, bad, namespace):
     mem, _, before, before_ttl = seeded
     with pytest.raises(InvalidInput, match="created_at"):
         await mem.write([user("x")], session_id="s", created_at=bad)
-    await _assert_unchanged(raw, before, before_ttl)
+    await _assert_unchanged(raw, namespace, before, before_ttl)

@@ -20,13 +20,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def keys_matching(raw: Any, pattern: str = "*") -> list[bytes]:
+def _own(pattern: str) -> str:
+    """``pattern``, if it names a test's own keys: not the whole database,
+    which the suite shares (another test's keys expire or appear in it)."""
+    if not pattern.strip("*"):
+        raise ValueError(
+            f"pattern {pattern!r} covers the whole shared database: give the test's own "
+            "keys, e.g. f'{namespace}:*' or f'*{namespace}*'"
+        )
+    return pattern
+
+
+async def keys_matching(raw: Any, pattern: str) -> list[bytes]:
     """Every key matching ``pattern``, found with SCAN, sorted."""
+    pattern = _own(pattern)
     return sorted({key async for key in raw.scan_iter(match=pattern, count=1000)})
 
 
-async def snapshot(raw: Any, pattern: str = "*") -> Snapshot:
-    """``key -> (DUMP, has a TTL)`` for every key matching ``pattern``.
+async def snapshot(raw: Any, pattern: str) -> Snapshot:
+    """``key -> (DUMP, has a TTL)`` for every key matching ``pattern`` (the
+    test's own keys: ``"*"`` is refused).
 
     DUMP covers type and value byte for byte; the TTL is compared by presence
     only, since its remaining time runs down between two snapshots.
