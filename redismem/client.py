@@ -402,12 +402,14 @@ class Memory:
         summarize: str,
         enqueue: bool,
         store_system: bool | None = None,
+        ttl_ms: int | None = None,
         write_id: str | None = None,
         created_at: datetime | None = None,
     ) -> WriteOutcome:
         """``write`` with the summarization settings (``SummarizeArgs.encode()``,
         "" for none), the enqueueing and the system-message rule chosen by the
-        caller (internal API of the providers)."""
+        caller (internal API of the providers and adapters); ``ttl_ms``: the
+        session's expiry in ms instead of the client's ``ttl`` (0: none)."""
         sid, uid, keys = self._keys(session_id, user_id)
         wid = _check_write_id(write_id)
         tag_map = _check_tags(tags)
@@ -450,7 +452,7 @@ class Memory:
             keys,
             session_id=sid,
             write_id=wid,
-            ttl_ms=self._config.ttl_ms or 0,
+            ttl_ms=(self._config.ttl_ms or 0) if ttl_ms is None else ttl_ms,
             max_messages=self._config.max_messages or 0,
             entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
             token_count=total,
@@ -519,14 +521,20 @@ class Memory:
         limit: int | None = None,
         tags: Mapping[str, str] | None = None,
         max_tokens: int | None = None,
+        keep_orphans: bool = False,
+        refresh_ttl: bool = True,
     ) -> list[Message]:
         """The session's messages, oldest first.
 
         ``limit`` keeps the most recent N; ``tags`` keeps messages of entries
         carrying all the given pairs; ``max_tokens`` keeps the most recent
         messages that fit the budget. The result never begins with a tool
-        result whose assistant tool call was cut off.
+        result whose assistant tool call was cut off, unless ``keep_orphans``
+        (then every message read is returned: the adapters, whose reads return
+        exactly what their framework stored). ``refresh_ttl=False`` leaves the
+        session's expiry as it is (the adapters keep their framework's retention).
         """
+        refresh = self._refresh_ttl_arg() if refresh_ttl else -1
         sid, uid, keys = self._keys(session_id, user_id)
         limit_arg = _check_count("limit", limit)
         budget = _check_count("max_tokens", max_tokens)
@@ -537,7 +545,7 @@ class Memory:
             self._check_open()
             if budget < 0:
                 result = await self._scripts.read_tail(
-                    keys, session_id=sid, limit=limit_arg, refresh_ttl=self._refresh_ttl_arg()
+                    keys, session_id=sid, limit=limit_arg, refresh_ttl=refresh
                 )
             else:
                 result = await self._scripts.read(
@@ -545,12 +553,13 @@ class Memory:
                     session_id=sid,
                     limit=limit_arg,
                     max_tokens=budget,
-                    refresh_ttl=self._refresh_ttl_arg(),
+                    refresh_ttl=refresh,
                     with_summary=False,
                 )
             created = codec.parse_covering(result.covering, keys.entries)
             messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
-        messages = drop_orphan_tool_results(messages)
+        if not keep_orphans:
+            messages = drop_orphan_tool_results(messages)
         await self._call_hook("on_read", sid, uid, messages)
         return messages
 

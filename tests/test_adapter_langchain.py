@@ -176,17 +176,73 @@ async def test_limit_and_max_tokens_never_split_a_tool_call(
     assert not small or not isinstance(small[0], ToolMessage)
 
 
-async def test_system_messages_are_skipped_unless_stored(
+async def test_system_messages_are_stored(
     make_memory: MemoryFactory, histories: HistoryFactory
 ) -> None:
+    # An adapter stores exactly what its framework gives it: a SystemMessage
+    # too, whatever the Memory's store_system_messages (which is off here).
+    mem = await make_memory()
     run = [SystemMessage("Be terse.", id="sys"), HumanMessage("hi")]
-    default = histories(await make_memory(), "s")
-    await default.aadd_messages(run)
-    assert await default.aget_messages() == [HumanMessage("hi")]
+    history = histories(mem, "s")
+    await history.aadd_messages(run)
+    assert await history.aget_messages() == run
+    assert [m.role for m in await mem.read(session_id="s")] == ["system", "user"]
+    await asyncio.to_thread(history.add_messages, [SystemMessage("Now verbose.")])
+    assert await asyncio.to_thread(lambda: history.messages) == [
+        *run,
+        SystemMessage("Now verbose."),
+    ]
 
-    keeping = histories(await make_memory(store_system_messages=True), "s2")
-    await keeping.aadd_messages(run)
-    assert await keeping.aget_messages() == run
+
+async def test_a_leading_tool_result_reads_back(
+    make_memory: MemoryFactory, histories: HistoryFactory
+) -> None:
+    # Without a limit a read returns exactly what was stored, even a tool
+    # result whose call is not in the session.
+    mem = await make_memory()
+    history = histories(mem, "s")
+    sent = [ToolMessage("r", tool_call_id="c0"), HumanMessage("next")]
+    await history.aadd_messages(sent)
+    assert await history.aget_messages() == sent
+    await asyncio.to_thread(history.add_messages, [AIMessage("ok")])
+    assert await asyncio.to_thread(lambda: history.messages) == [*sent, AIMessage("ok")]
+    # A window is still cut at a tool boundary (the call may have been cut off).
+    assert await histories(mem, "s", limit=3).aget_messages() == [*sent[1:], AIMessage("ok")]
+
+
+async def session_ttls(mem: Memory, raw: Any, session_id: str, user_id: str) -> list[int]:
+    """The PTTL of every key of the session (-1: no expiry), and its expiry as
+    ``sessions`` reports it."""
+    (info,) = [s for s in await mem.sessions(user_id=user_id) if s.session_id == session_id]
+    pattern = f"{mem.layout.namespace}:*{session_id}*"
+    keys = [k async for k in raw.scan_iter(match=pattern, count=1000)]
+    assert keys
+    ttls = [await raw.pttl(k) for k in keys]
+    assert (info.expires_at is None) == all(t == -1 for t in ttls)
+    return ttls
+
+
+async def test_a_chat_is_kept_until_deleted_unless_a_ttl_is_given(
+    make_memory: MemoryFactory, histories: HistoryFactory, raw: Any
+) -> None:
+    # LangChain's own Redis history keeps a chat until it is deleted: so does
+    # the adapter, whatever the Memory's ttl (an hour here).
+    mem = await make_memory(ttl=3600)
+    kept = histories(mem, "kept-chat", user_id="alice")
+    await kept.aadd_messages([HumanMessage("hi")])
+    await asyncio.to_thread(kept.add_messages, [AIMessage("hello")])
+    assert len(await kept.aget_messages()) == 2
+    assert len(await asyncio.to_thread(lambda: kept.messages)) == 2
+    assert set(await session_ttls(mem, raw, "kept-chat", "alice")) == {-1}
+
+    # An explicit ttl (seconds) expires the chat that long after its last use.
+    expiring = histories(mem, "short-chat", user_id="alice", ttl=120)
+    await expiring.aadd_messages([HumanMessage("hi")])
+    await asyncio.to_thread(expiring.add_messages, [AIMessage("hello")])
+    ttls = await session_ttls(mem, raw, "short-chat", "alice")
+    assert all(60_000 < t <= 130_000 for t in ttls), ttls
+    with pytest.raises(InvalidInput, match="ttl"):
+        RedisMemChatMessageHistory(mem, "s", ttl=0)
 
 
 async def test_chunks_are_stored_as_messages(
@@ -317,18 +373,24 @@ async def test_sync_methods_run_on_a_background_loop(
     assert len(await mem.entries(session_id="s")) == 3
     assert "4 °C, rain" in await asyncio.to_thread(str, history)  # LangChain's __str__
 
-    # Inside a running loop they refuse rather than block it.
-    with pytest.raises(RuntimeError, match="await aget_messages"):
-        _ = history.messages
-    with pytest.raises(RuntimeError, match="await aadd_messages"):
-        history.add_messages([HumanMessage("x")])
-    with pytest.raises(RuntimeError, match="await aclear"):
-        history.clear()
-    # Bad input is rejected before the loop check matters.
+    # Inside a running event loop (a notebook cell) they work too: they block
+    # this loop while the background loop runs them.
+    asyncio.get_running_loop()
+    assert history.messages == sent
+    history.add_messages([HumanMessage("x")])
+    assert history.messages == [*sent, HumanMessage("x")]
+    history.clear()
+    assert history.messages == []
+    assert await history.aget_messages() == []
+    await history.aadd_messages(sent)
+    # Bad input is rejected, and nothing is written.
     with pytest.raises(InvalidInput):
-        await asyncio.to_thread(history.add_messages, [FunctionMessage("x", name="f")])
+        history.add_messages([HumanMessage("y"), FunctionMessage("x", name="f")])
+    assert history.messages == sent
 
     # close() releases the background connection; the next sync call reopens one.
+    history.close()
+    assert history.messages == sent
     await asyncio.to_thread(history.close)
     await asyncio.to_thread(history.clear)
     assert await history.aget_messages() == []
@@ -370,7 +432,8 @@ async def test_runnable_with_message_history(
     config: Any = {"configurable": {"session_id": "chat"}}
     first = await chain.ainvoke({"question": "Capital of Norway?"}, config=config)
     assert first.content == "Oslo."
-    second = await asyncio.to_thread(chain.invoke, {"question": "Of Peru?"}, config)
+    # Sync, inside this running event loop (as in a notebook cell).
+    second = chain.invoke({"question": "Of Peru?"}, config)
     assert second.content == "Lima."
     third = await chain.ainvoke({"question": "A city in India?"}, config=config)
     assert third.content == "Pune."

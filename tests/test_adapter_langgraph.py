@@ -225,9 +225,32 @@ async def test_graph_sync_invoke(make_memory: MemoryFactory) -> None:
         check_final(final["messages"])
         history = await asyncio.to_thread(lambda: list(graph.get_state_history(config)))
         assert len(history) == 5
-        # The sync methods refuse to block a running event loop.
-        with pytest.raises(RuntimeError, match="aget_tuple"):
-            saver.get_tuple(config)
+    finally:
+        await saver.aclose()
+
+
+async def test_graph_sync_invoke_inside_a_running_loop(make_memory: MemoryFactory) -> None:
+    # A notebook cell: an event loop runs in this thread and the graph is run
+    # with the sync API, as InMemorySaver allows.
+    asyncio.get_running_loop()
+    memory = await make_memory()
+    saver = RedisMemSaver(memory)
+    graph = build(saver)
+    config: Any = {"configurable": {"thread_id": "notebook"}}
+    try:
+        first = graph.invoke({"messages": [HumanMessage("Weather in Oslo?")]}, config)
+        assert first["__interrupt__"][0].value == {"question": "look up the weather in Oslo?"}
+        assert graph.get_state(config).next == ("tools",)
+        check_final(graph.invoke(Command(resume="yes"), config)["messages"])
+        history = list(graph.get_state_history(config))
+        assert len(history) == 5
+        # The async API on the Memory passed in sees the same thread.
+        assert len([t async for t in saver.alist(config)]) == 5
+        assert saver.get_tuple(config) == await saver.aget_tuple(config)
+        saver.delete_thread("notebook")
+        assert await saver.aget_tuple(config) is None
+        saver.close()
+        assert list(saver.list(config)) == []
     finally:
         await saver.aclose()
 

@@ -269,6 +269,147 @@ async def test_filter_errors(make_memory: MemoryFactory) -> None:
     assert set(keys(found)) == {"doc2", "doc4"}
 
 
+#: Numbers at the edges: huge floats, the largest int values hold, 2**70 as a float.
+EDGE_NUMBERS: list[int | float] = [-1.5e300, -5, 0, 2.5, 7, 2**63 - 1, 1e30, float(2**70), 1.5e300]
+
+INF, NAN = math.inf, math.nan
+#: Filter bounds our values never hold (non-finite floats, ints beyond 64
+#: bits), as InMemoryStore takes them: (filter, whether InMemoryStore takes
+#: it: float() of an int beyond a float's range raises OverflowError there).
+EDGE_FILTERS: list[tuple[dict[str, Any], bool]] = [
+    ({"n": {"$gt": -INF}}, True),
+    ({"n": {"$gte": -INF}}, True),
+    ({"n": {"$lt": INF}}, True),
+    ({"n": {"$lte": INF}}, True),
+    ({"n": {"$gt": INF}}, True),
+    ({"n": {"$gte": INF}}, True),
+    ({"n": {"$lt": -INF}}, True),
+    ({"n": {"$lte": -INF}}, True),
+    ({"n": {"$gt": NAN}}, True),
+    ({"n": {"$lte": NAN}}, True),
+    ({"n": {"$eq": NAN}}, True),
+    ({"n": {"$ne": NAN}}, True),
+    ({"n": NAN}, True),
+    ({"n": INF}, True),
+    ({"n": {"$ne": -INF}}, True),
+    ({"n": {"$gt": 2**70}}, True),
+    ({"n": {"$gte": 2**70}}, True),
+    ({"n": {"$lt": -(2**100)}}, True),
+    ({"n": {"$gte": -(2**100)}}, True),
+    ({"n": {"$lt": 2**100}}, True),
+    ({"n": 2**70}, True),
+    ({"n": {"$eq": 2**70}}, True),
+    ({"n": {"$ne": 2**70}}, True),
+    ({"n": 2**64 + 1}, True),
+    ({"n": {"$ne": 2**64 + 1}}, True),
+    ({"n": {"$gt": -INF, "$lt": 10}}, True),
+    ({"n": {"$gte": -INF, "$gt": 1}}, True),
+    ({"n": {"$gt": -INF, "$lte": INF}}, True),
+    ({"n": {"$gt": NAN, "$lt": 10}}, True),
+    ({"n": {"$ne": NAN, "$lt": 1}}, True),
+    ({"n": {"$gt": 10**400}}, False),
+    ({"n": {"$gte": -(10**400)}}, False),
+    ({"n": 10**400}, True),
+    ({"n": {"$ne": 10**400}}, True),
+    ({"n": {"$in": [INF, 7, NAN, 2**70, 2**64 + 1]}}, False),
+    ({"n": {"$in": [INF, NAN]}}, False),
+    ({"n": [INF]}, True),
+    ({"n": {"$gt": -INF}, "m": {"$lt": INF}}, True),
+]
+EDGE_EXPECTED: list[set[int]] = [
+    set(range(9)),
+    set(range(9)),
+    set(range(9)),
+    set(range(9)),
+    set(),
+    set(),
+    set(),
+    set(),
+    set(),
+    set(),
+    set(),
+    set(range(9)),
+    set(),
+    set(),
+    set(range(9)),
+    {6, 8},
+    {6, 7, 8},
+    {0},
+    set(range(1, 9)),
+    {0, 1, 2, 3, 4, 5, 6, 7},
+    {7},
+    {7},
+    set(range(9)) - {7},
+    set(),
+    set(range(9)),
+    {0, 1, 2, 3, 4},
+    {3, 4, 5, 6, 7, 8},
+    set(range(9)),
+    set(),
+    {0, 1, 2},
+    set(),
+    set(range(9)),
+    set(),
+    set(range(9)),
+    {4, 7},
+    set(),
+    set(),
+    set(range(9)),
+]
+
+
+@pytest.mark.parametrize(
+    ("flt", "agrees", "expected"),
+    [(f, a, e) for (f, a), e in zip(EDGE_FILTERS, EDGE_EXPECTED, strict=True)],
+    ids=[f"edge{i}" for i in range(len(EDGE_FILTERS))],
+)
+async def test_filter_bounds_beyond_stored_numbers_match_inmemorystore(
+    make_memory: MemoryFactory, flt: dict[str, Any], agrees: bool, expected: set[int]
+) -> None:
+    # ±inf, NaN and ints beyond 64 bits as bounds: accepted, and the same
+    # items found as InMemoryStore finds.
+    _, store = await store_of(make_memory)
+    reference = InMemoryStore()
+    for i, number in enumerate(EDGE_NUMBERS):
+        for target in (store, reference):
+            await target.aput(("edge",), f"k{i}", {"n": number, "m": -number})
+    found = {int(item.key[1:]) for item in await store.asearch(("edge",), filter=flt, limit=100)}
+    assert found == expected
+    if agrees:
+        theirs = await reference.asearch(("edge",), filter=flt, limit=100)
+        assert {int(item.key[1:]) for item in theirs} == expected
+
+
+async def test_a_list_as_namespace_prefix_is_taken_as_the_tuple(
+    make_memory: MemoryFactory,
+) -> None:
+    # InMemoryStore takes a list wherever a namespace prefix or suffix goes.
+    _, store = await store_of(make_memory)
+    reference = InMemoryStore()
+    await fill(store)
+    await fill(reference)
+    for options in ({"prefix": ["test"]}, {"suffix": ["docs"]}, {"prefix": ["*", "docs"]}):
+        expected = await reference.alist_namespaces(**options)
+        assert expected
+        assert await store.alist_namespaces(**options) == expected
+        assert await asyncio.to_thread(store.list_namespaces, **options) == expected
+    # Search: the same items as with the tuple (InMemoryStore, which compares
+    # its tuples with the list, finds nothing; it does not refuse it either).
+    assert await reference.asearch(["test", "docs"]) == []  # type: ignore[arg-type]
+    assert keys(await store.asearch(["test", "docs"])) == ["doc3", "doc2", "doc1"]  # type: ignore[arg-type]
+    assert keys(await asyncio.to_thread(store.search, ["test"])) == keys(
+        await store.asearch(("test",))
+    )
+    (found,) = await store.abatch([SearchOp(["test"], {"color": "red"})])  # type: ignore[arg-type]
+    assert keys(found) == ["doc3", "doc1"]
+    # Namespaces of items stay tuples, as in InMemoryStore (which cannot hash a list).
+    with pytest.raises(InvalidInput):
+        await store.aput(["alice"], "k", {"v": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await reference.aput(["alice"], "k", {"v": 1})  # type: ignore[arg-type]
+    await store.aclose()
+
+
 async def test_prefix_search_and_pagination(make_memory: MemoryFactory) -> None:
     _, store = await store_of(make_memory)
     await fill(store)
@@ -694,8 +835,12 @@ async def test_sync_methods_from_a_thread(make_memory: MemoryFactory) -> None:
         assert listed == [("alice", "pets")]
         # The async side sees what the sync side wrote.
         assert keys(await store.asearch(("alice",))) == ["b", "a"]
-        with pytest.raises(RuntimeError, match="abatch"):
-            store.get(("alice", "pets"), "a")
+        # Inside a running event loop (a notebook cell) they work too.
+        asyncio.get_running_loop()
+        again = work()[0]
+        assert again is not None and again.value == got.value
+        assert keys(store.search(("alice",), query="cat")) == ["a", "b"]
+        assert store.batch([GetOp(("alice", "pets"), "b")])[0] is not None
     finally:
         await store.aclose()
     assert memory.store is not None

@@ -25,7 +25,7 @@ from llama_index.core.llms import (
     MockLLM,
 )
 from llama_index.core.llms.callbacks import llm_completion_callback
-from llama_index.core.memory import ChatMemoryBuffer
+from llama_index.core.memory import ChatMemoryBuffer, ChatSummaryMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.core.tools import FunctionTool
 
@@ -157,21 +157,120 @@ async def test_round_trip_is_exact(make_memory: MemoryFactory, stores: StoreFact
     assert to_llamaindex(stored[0]) == sent[0]
 
 
-async def test_system_and_developer_messages_are_skipped_unless_stored(
+async def test_system_and_developer_messages_are_stored(
     make_memory: MemoryFactory, stores: StoreFactory
 ) -> None:
+    # An adapter stores exactly what its framework gives it, whatever the
+    # Memory's store_system_messages (off here).
     run = [
         ChatMessage(role="system", content="Be terse."),
         ChatMessage(role="developer", content="No emojis."),
         ChatMessage(role="user", content="hi"),
     ]
-    default = stores(await make_memory())
-    await default.aset_messages("s", run)
-    assert await default.aget_messages("s") == run[2:]
+    mem = await make_memory()
+    store = stores(mem)
+    await store.aset_messages("s", run)
+    assert await store.aget_messages("s") == run
+    await asyncio.to_thread(store.add_message, "s", run[0])
+    assert await asyncio.to_thread(store.get_messages, "s") == [*run, run[0]]
+    assert [m.role for m in await mem.read(session_id="s")] == [
+        "system",
+        "system",
+        "user",
+        "system",
+    ]
 
-    keeping = stores(await make_memory(store_system_messages=True))
-    await keeping.aset_messages("s2", run)
-    assert await keeping.aget_messages("s2") == run
+
+async def test_a_summary_buffer_keeps_its_summary_as_on_llamaindexs_own(
+    make_memory: MemoryFactory, stores: StoreFactory
+) -> None:
+    # ChatSummaryMemoryBuffer rewrites the store as [system summary, *recent]:
+    # the summary must be stored, as SimpleChatStore keeps it.
+    mem = await make_memory()
+    turns = [
+        ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"message number {i}")
+        for i in range(8)
+    ]
+
+    def run(store: Any) -> tuple[list[ChatMessage], list[ChatMessage]]:
+        buffer = ChatSummaryMemoryBuffer.from_defaults(
+            chat_store=store, chat_store_key="s", llm=MockLLM(max_tokens=4), token_limit=30
+        )
+        for message in turns:
+            buffer.put(message)
+        return buffer.get(), buffer.get_all()
+
+    theirs = await asyncio.to_thread(run, SimpleChatStore())
+    ours = await asyncio.to_thread(run, stores(mem))
+    assert theirs[0][0].role.value == "system"  # the summary
+    assert len(theirs[0]) < len(turns)  # some turns were summarized
+    assert ours == theirs
+    assert (await mem.read(session_id="s"))[0].role == "system"
+
+
+async def test_deleting_a_tool_call_keeps_its_results_as_on_llamaindexs_own(
+    make_memory: MemoryFactory, stores: StoreFactory
+) -> None:
+    # Unbounded reads return exactly what was stored, even a tool result
+    # whose call was deleted.
+    history = [
+        ChatMessage(
+            role="assistant",
+            content="",
+            additional_kwargs={
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ]
+            },
+        ),
+        ChatMessage(role="tool", content="result", additional_kwargs={"tool_call_id": "c1"}),
+        ChatMessage(role="assistant", content="done"),
+    ]
+    theirs = SimpleChatStore()
+    theirs.set_messages("k", list(history))  # it keeps (and pops from) the list it is given
+    theirs.delete_message("k", 0)
+    store = stores(await make_memory())
+    await store.aset_messages("k", history)
+    assert await store.adelete_message("k", 0) == history[0]
+    assert await store.aget_messages("k") == theirs.get_messages("k") == history[1:]
+    # Sync, and once more: the next rewrite keeps it too.
+    assert await asyncio.to_thread(store.delete_message, "k", 1) == history[2]
+    assert await asyncio.to_thread(store.get_messages, "k") == [history[1]]
+
+
+async def test_a_chat_is_kept_until_deleted_unless_a_ttl_is_given(
+    make_memory: MemoryFactory, stores: StoreFactory, raw: Any
+) -> None:
+    # LlamaIndex's own Redis chat store keeps a chat until it is deleted: so
+    # does the adapter, whatever the Memory's ttl (an hour here).
+    mem = await make_memory(ttl=3600)
+    kept = stores(mem, "alice")
+    message = ChatMessage(role="user", content="hi")
+    await kept.async_add_message("kept-chat", message)
+    await asyncio.to_thread(kept.add_message, "kept-chat", message)
+    await asyncio.to_thread(kept.get_messages, "kept-chat")
+    assert await kept.aget_messages("kept-chat") == [message, message]
+    assert set(await session_ttls(mem, raw, "kept-chat", "alice")) == {-1}
+
+    expiring = stores(mem, "alice", ttl=120)
+    await expiring.aset_messages("short-chat", [message])
+    await asyncio.to_thread(expiring.add_message, "short-chat", message)
+    ttls = await session_ttls(mem, raw, "short-chat", "alice")
+    assert all(60_000 < t <= 130_000 for t in ttls), ttls
+    with pytest.raises(InvalidInput, match="ttl"):
+        RedisMemChatStore(mem, ttl=-1)
+
+
+async def session_ttls(mem: Memory, raw: Any, session_id: str, user_id: str) -> list[int]:
+    """The PTTL of every key of the session (-1: no expiry), and its expiry as
+    ``sessions`` reports it."""
+    (info,) = [s for s in await mem.sessions(user_id=user_id) if s.session_id == session_id]
+    pattern = f"{mem.layout.namespace}:*{session_id}*"
+    keys = [k async for k in raw.scan_iter(match=pattern, count=1000)]
+    assert keys
+    ttls = [await raw.pttl(k) for k in keys]
+    assert (info.expires_at is None) == all(t == -1 for t in ttls)
+    return ttls
 
 
 class _Opaque:
@@ -280,11 +379,14 @@ async def test_sync_methods(make_memory: MemoryFactory, stores: StoreFactory) ->
     await store.aset_messages("s", turn)
     assert await asyncio.to_thread(store.get_messages, "s") == turn
 
-    # Inside a running loop the sync methods refuse rather than block it.
-    with pytest.raises(RuntimeError, match="await aget_messages"):
-        store.get_messages("s")
-    with pytest.raises(RuntimeError, match="await async_add_message"):
-        store.add_message("s", turn[0])
+    # Inside a running event loop (a notebook cell) they work too: they block
+    # this loop while the background loop runs them.
+    asyncio.get_running_loop()
+    assert sync_session() == [turn[:3], ["s"], turn[2], turn[0], [turn[1]], []]
+    store.set_messages("s", turn)
+    assert store.get_messages("s") == await store.aget_messages("s") == turn
+    store.close()
+    assert store.get_keys() == ["s"]
 
     await mem.aclose()
     with pytest.raises(ClientClosed):
@@ -322,6 +424,31 @@ async def test_chat_engine_runs_on_chat_memory_buffer(
     assert len(await again.aget_all()) == 6
     await memory.areset()
     assert await mem.read(session_id="s1", user_id="alice") == []
+
+
+async def test_chat_memory_buffer_sync_inside_a_running_loop(
+    make_memory: MemoryFactory, stores: StoreFactory
+) -> None:
+    # A notebook cell: an event loop runs in this thread, and LlamaIndex's
+    # sync API is called from it.
+    asyncio.get_running_loop()
+    mem = await make_memory()
+    buffer = ChatMemoryBuffer.from_defaults(chat_store=stores(mem, "alice"), chat_store_key="nb")
+    buffer.put(ChatMessage(role="user", content="Capital of Norway?"))
+    buffer.put_messages([ChatMessage(role="assistant", content="Oslo.")])
+    assert [m.content for m in buffer.get()] == ["Capital of Norway?", "Oslo."]
+    engine = SimpleChatEngine.from_defaults(llm=MockLLM(max_tokens=3), memory=buffer)
+    assert str(engine.chat("And of Peru?")) == "text text text"
+    assert len(buffer.get_all()) == 4
+    stored = await mem.read(session_id="nb", user_id="alice")
+    assert [m.content for m in stored] == [
+        "Capital of Norway?",
+        "Oslo.",
+        "And of Peru?",
+        "text text text",
+    ]
+    buffer.reset()
+    assert await mem.read(session_id="nb", user_id="alice") == []
 
 
 async def test_buffer_with_tool_calls_and_a_small_budget(

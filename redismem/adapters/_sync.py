@@ -7,11 +7,18 @@ thread per process runs an event loop, started on first use, and each
 ``Memory`` an adapter is given gets a *twin* there: a second ``Memory``
 opened with the same ``config`` (same URL, namespace, options and hooks; the
 embedded backend is shared by name within the process, so the twin sees the
-same data). Sync calls block the calling thread until the twin answers.
+same data). The background loop owns the twin and its connections; the
+caller's loop owns the caller's ``Memory``; no connection is ever used by
+two loops. Sync calls block the calling thread until the twin answers.
 
-* Called from a thread whose event loop is running, a sync method raises
-  ``RuntimeError`` (blocking there would stall that loop, or deadlock it when
-  it is the background loop): use the async methods.
+* Called from a thread whose event loop is running (a Jupyter cell, an async
+  function calling a framework's sync API), a sync method blocks that loop
+  until the call is done, as any sync I/O there does (LangGraph's
+  ``InMemorySaver`` there blocks it too): it works, since the work runs on
+  the background loop, not on the blocked one. Only a sync call made *on the
+  background loop itself* (from code the adapters run there, such as an
+  embedding function) raises ``RuntimeError``, since it would wait for
+  itself: use the async methods there.
 * The twin is closed by ``close_twin(memory)`` (the adapters' ``close()``,
   or ``aclose_twin`` and ``aclose()``;
   the next sync call opens it again), when the original ``Memory`` is
@@ -58,12 +65,14 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def _in_running_loop() -> bool:
+def _on_background_loop() -> bool:
+    """Whether this thread runs the background loop (a sync call here would
+    wait for itself)."""
     try:
-        asyncio.get_running_loop()
+        running = asyncio.get_running_loop()
     except RuntimeError:
         return False
-    return True
+    return running is _loop
 
 
 async def _open_twin(original: Memory) -> Memory:
@@ -112,10 +121,10 @@ def run_sync(
 ) -> T:
     """``operation(twin)`` on the background loop, for the sync ``method``
     (``instead``: the async method to name in the error)."""
-    if _in_running_loop():
+    if _on_background_loop():
         raise RuntimeError(
-            f"{method} is synchronous and cannot run inside a running event loop "
-            f"(it would block it): use `await {instead}` instead"
+            f"{method} is synchronous and cannot run on redismem's background event loop "
+            f"(it would wait for itself): use `await {instead}` instead"
         )
     if memory._closed:
         close_twin(memory)
@@ -140,10 +149,9 @@ def _detach(memory: Memory) -> concurrent.futures.Future[None] | None:
 
 def close_twin(memory: Memory) -> None:
     """Close ``memory``'s background twin, if it has one (the next sync call
-    opens another). Waits for it unless an event loop runs in this thread
-    (there, ``aclose_twin``)."""
+    opens another). Waits for it, except on the background loop itself."""
     future = _detach(memory)
-    if future is not None and not _in_running_loop():
+    if future is not None and not _on_background_loop():
         future.result()
 
 

@@ -10,9 +10,8 @@ Mapping (LangChain -> redismem ``Message``)::
     AIMessage      -> role "assistant"; tool_calls [{"name", "args", "id"}]
                       -> ToolCall(id, name, arguments=args) (args stay a dict)
     ToolMessage    -> role "tool", tool_call_id
-    SystemMessage  -> role "system": stored only if the Memory was connected
-                      with store_system_messages=True, else skipped (redismem
-                      keeps the system prompt out of history by default)
+    SystemMessage  -> role "system" (stored, whatever the Memory's
+                      store_system_messages: the adapter never drops a message)
     name           -> name
     str content    -> content
 
@@ -39,19 +38,27 @@ as the closest LangChain message: a tool call whose arguments are JSON text
 of an object gets them as ``args``, other text becomes an
 ``invalid_tool_calls`` entry; their own metadata is not shown.
 
-Reads: ``limit`` and ``max_tokens`` (constructor) keep the most recent
-messages, as ``Memory.read`` does, which never starts with a tool result cut
-off from its assistant tool call. A session with summarization on shows its
-stored (recent) messages; the summary is ``Memory.context``'s.
+Reads: without ``limit``/``max_tokens``, exactly the stored messages (a
+tool result whose call is not in the session too). ``limit`` and
+``max_tokens`` (constructor) keep the most recent messages, as
+``Memory.read`` does: such a window never starts with a tool result (its call
+may have been cut off). A session with summarization on shows its stored
+(recent) messages; the summary is ``Memory.context``'s.
+
+Retention is LangChain's: its own Redis history keeps a chat until it is
+cleared, and so does this one, whatever the ``Memory``'s ``ttl`` (which
+applies to ``Memory.write``). ``ttl`` (seconds, constructor) expires the
+chat ``ttl`` after its last write instead; reads do not refresh it.
 
 Writes: ``add_messages`` / ``aadd_messages`` store all the messages of one
 call as one redismem entry, atomically (one ``Memory.write``; an empty list
 writes nothing).
 
 Sync methods (``messages``, ``add_messages``, ``clear``) run on a background
-event loop through a twin of the ``Memory`` (see ``redismem.adapters``):
-they raise ``RuntimeError`` when called inside a running event loop. Call
-``close()`` (or ``await aclose()``) when done with them.
+event loop through a twin of the ``Memory`` (see ``redismem.adapters``), from
+any thread, inside a running event loop too (a notebook cell), which they
+block while they run. Call ``close()`` (or ``await aclose()``) when done
+with them.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from pydantic import ValidationError
 from ..checks import check_memory
 from ..errors import InvalidInput, MissingDependency
 from ..models import Message, ToolCall
+from . import _retention
 from ._sync import aclose_twin, close_twin, run_sync
 
 if TYPE_CHECKING:
@@ -228,7 +236,9 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat history over one redismem session (see the module doc).
 
     ``limit`` / ``max_tokens`` bound what reads return (the most recent
-    messages); ``agent_name`` and ``tags`` are recorded with every write.
+    messages); ``agent_name`` and ``tags`` are recorded with every write;
+    ``ttl``: seconds the chat is kept after its last write (None: until
+    cleared, as LangChain's own histories keep it).
     """
 
     def __init__(
@@ -241,9 +251,12 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         tags: dict[str, str] | None = None,
         limit: int | None = None,
         max_tokens: int | None = None,
+        ttl: float | None = None,
     ) -> None:
         super().__init__()
         self.memory = check_memory(memory)
+        self._ttl_ms = _retention.ttl_ms(ttl)
+        self.ttl = ttl
         self.session_id = session_id
         self.user_id = user_id
         self.agent_name = agent_name
@@ -260,7 +273,8 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
     # -- the work, on a given Memory (the caller's, or the sync twin) --------
 
     async def _read(self, memory: Memory) -> list[BaseMessage]:
-        stored = await memory.read(
+        stored = await _retention.read(
+            memory,
             session_id=self.session_id,
             user_id=self.user_id,
             limit=self.limit,
@@ -269,12 +283,14 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         return [_decode(m) for m in stored]
 
     async def _write(self, memory: Memory, messages: list[Message]) -> None:
-        await memory.write(
+        await _retention.write(
+            memory,
             messages,
             session_id=self.session_id,
             user_id=self.user_id,
             tags=self.tags,
             agent_name=self.agent_name,
+            ttl=self._ttl_ms,
         )
 
     async def _clear(self, memory: Memory) -> None:
@@ -305,11 +321,11 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The session's messages, oldest first. Not inside a running event loop."""
+        """The session's messages, oldest first (sync; see the module doc)."""
         return run_sync(self.memory, self._read, "messages", "aget_messages()")
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Append ``messages`` as one entry, atomically. Not inside a running event loop."""
+        """Append ``messages`` as one entry, atomically (sync; see the module doc)."""
         converted = self._convert(messages)
         if converted:
             run_sync(
@@ -320,7 +336,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
             )
 
     def clear(self) -> None:
-        """Delete the session. Not inside a running event loop."""
+        """Delete the session (sync; see the module doc)."""
         run_sync(self.memory, self._clear, "clear()", "aclear()")
 
     def close(self) -> None:

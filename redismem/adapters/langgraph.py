@@ -49,10 +49,11 @@ id, idx)`` order. Channel values are stored once per channel version, as
 LangGraph's own savers do.
 
 Writes are one Lua script each (all or nothing, idempotent, so a call retried
-by the client's call policy lands once). With ``ttl`` (seconds) every write
-sets the expiry of all the thread's keys to ``ttl`` from now, so a thread
-expires whole, ``ttl`` after its last write; reads do not refresh it. The run
-index is refreshed the same way.
+by the client's call policy lands once). Retention is LangGraph's: a thread is
+kept until it is deleted, whatever the ``Memory``'s ``ttl``. With ``ttl``
+(seconds) every write sets the expiry of all the thread's keys to ``ttl`` from
+now, so a thread expires whole, ``ttl`` after its last write; reads do not
+refresh it. The run index is refreshed the same way.
 
 ``delete_thread`` removes every key of the thread at once; ``delete_for_runs``,
 ``prune`` (``"keep_latest"`` per namespace, or ``"delete"``) and
@@ -62,10 +63,11 @@ more are removed with the checkpoints. Like LangGraph's own savers,
 (beta) would need.
 
 Sync methods (``get_tuple``, ``list``, ``put``...) run on a background event
-loop through a twin of the ``Memory`` (see ``redismem.adapters``): they raise
-``RuntimeError`` inside a running event loop, where the async ones are the
-ones to use (LangGraph uses them for ``ainvoke``/``astream``). Call
-``close()`` (or ``await aclose()``) when done with them.
+loop through a twin of the ``Memory`` (see ``redismem.adapters``), so
+``graph.invoke`` works anywhere, inside a running event loop too (a notebook
+cell), which it blocks while it runs, as ``InMemorySaver`` does; LangGraph
+uses the async ones for ``ainvoke``/``astream``. Call ``close()`` (or
+``await aclose()``) when done with them.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from ..connection import scan_once
 from ..errors import CorruptData, InvalidInput, MissingDependency
 from ..keys import GraphThreadKeys, escape_id, unescape_id
 from ..scripts import script_source
+from ._retention import ttl_ms
 from ._sync import aclose_twin, close_twin, run_sync
 
 try:
@@ -169,14 +172,6 @@ def _text(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode("utf-8")
 
 
-def _ttl_ms(ttl: float | None) -> int:
-    if ttl is None:
-        return 0
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
-        raise InvalidInput(f"ttl must be a positive number of seconds or None, got {ttl!r}")
-    return max(1, round(ttl * 1000))
-
-
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     conf = config.get("configurable")
     if not isinstance(conf, dict) or conf.get("thread_id") is None:
@@ -209,7 +204,8 @@ def _sort_key(write: list[Any]) -> tuple[str, str, int]:
 class RedisMemSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer over a redismem ``Memory`` (see the module docstring).
 
-    ``ttl``: seconds a thread lives after its last write (None: forever).
+    ``ttl``: seconds a thread lives after its last write (None: until deleted,
+    as with LangGraph's own savers, whatever the ``Memory``'s ``ttl``).
     ``serde``: LangGraph serializer (default ``JsonPlusSerializer``).
     """
 
@@ -223,7 +219,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.memory = check_memory(memory)
         self.ttl = ttl
-        self._ttl_ms = _ttl_ms(ttl)
+        self._ttl_ms = ttl_ms(ttl)
         self._layout = self.memory.layout
 
     def keys(self, thread_id: str) -> GraphThreadKeys:

@@ -17,6 +17,12 @@ Mapping.
   ``InvalidNamespaceError`` / ``InvalidInput`` (both ``ValueError``). An
   empty namespace, which LangGraph lets ``get`` ask for, raises
   ``InvalidInput`` (nothing can live there). Keys must be non-empty strings.
+  A *list* is taken as the tuple where ``InMemoryStore`` takes one: the
+  prefix of ``search`` (which ``InMemoryStore`` compares with its tuples, so
+  it finds nothing there; this store finds what the tuple finds) and the
+  prefix and suffix of ``list_namespaces``. The namespace of an item
+  (``get``, ``put``, ``delete``) must be a tuple (``InMemoryStore`` cannot
+  hash a list there either): ``InvalidInput``.
 
   The tenant matters on Cluster: every item of a tenant shares one hash slot.
   LangGraph's habit ``("users", user_id)`` works but puts every user under the
@@ -43,7 +49,15 @@ Mapping.
   ``InMemoryStore`` (which compares with Python's ``==`` and ``float()``): a
   missing field matches only ``$ne``; ``$gt``-style operators order two
   numbers or two strings and are false otherwise (never an exception);
-  ``True`` never equals ``1``; lists compare exactly.
+  ``True`` never equals ``1``; lists compare exactly. Bounds no stored value
+  holds, which ``InMemoryStore`` takes (``float("inf")``, ``-inf``, NaN,
+  ints beyond 64 bits), find what they find there: ``{"$gt": -inf}`` any
+  number, ``{"$gt": inf}`` nothing, NaN nothing under any operator but
+  ``$ne`` (everything), an int beyond 64 bits is compared as its float (as
+  ``InMemoryStore`` compares), and ``$eq``/``$ne`` with a number no value
+  can equal match nothing/everything (``$in`` skips it). An int beyond a
+  float's range, where ``InMemoryStore`` raises ``OverflowError``, counts
+  as an infinity.
 * **Search with** ``index={"dims": D, "embed": E, "fields": [...]}``: ``E``
   is a redismem ``Embedder`` (``HashingEmbedder``, ``MiniLMEmbedder``: any
   object with ``async embed(texts)``), a LangChain ``Embeddings``, a sync or
@@ -83,12 +97,16 @@ Mapping.
   holding live items count. A prefix whose first label is not ``"*"`` reads
   one tenant; otherwise every tenant is scanned (SCAN, never KEYS).
 
+Retention is LangGraph's: an item is kept until it is deleted, unless it is
+put with a ``ttl`` or the store has a ``default_ttl`` (the ``Memory``'s ``ttl``
+is for sessions, not items).
+
 Sync methods (``batch``, ``get``, ``put``, ``search``...) run on a background
-event loop through a twin of the ``Memory`` (see ``redismem.adapters``): they
-raise ``RuntimeError`` inside a running event loop, where the async ones
-(``abatch``, ``aget``...) are the ones to use (LangGraph uses them in
-``ainvoke``/``astream``). Call ``close()`` (or ``await aclose()``) when done
-with them.
+event loop through a twin of the ``Memory`` (see ``redismem.adapters``), from
+any thread, inside a running event loop too (a notebook cell), which they
+block while they run; LangGraph uses the async ones (``abatch``, ``aget``...)
+in ``ainvoke``/``astream``. Call ``close()`` (or ``await aclose()``) when
+done with them.
 """
 
 from __future__ import annotations
@@ -96,13 +114,14 @@ from __future__ import annotations
 import asyncio
 import math
 import struct
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ..checks import check_int, check_memory
 from ..embeddings import Embedder, cosine, quantize
 from ..errors import InvalidInput, MissingDependency
-from ..validation import check_json_value
+from ..validation import INT_MAX, INT_MIN, check_json_value
 from ._sync import aclose_twin, close_twin, run_sync
 
 try:
@@ -145,6 +164,13 @@ _TTL_KEYS = frozenset({"refresh_on_read", "default_ttl", "omit_expired", "sweep_
 _INDEX_KEYS = frozenset({"dims", "embed", "fields"})
 #: Longest ttl accepted, in minutes (100 years, the store's limit).
 _MAX_TTL_MINUTES = 100 * 365 * 24 * 60
+#: The largest float: every number a value holds lies within plus or minus it.
+_FLOAT_MAX = sys.float_info.max
+#: Conditions on a field: "is a number", and "never" (the store's ordering
+#: operators hold only between two numbers or two strings).
+_ANY_NUMBER: dict[str, Any] = {"$gte": -_FLOAT_MAX}
+_NEVER: dict[str, Any] = {"$gt": _FLOAT_MAX}
+_ORDERING = ("$gt", "$gte", "$lt", "$lte")
 
 _DocsFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 _QueryFn = Callable[[str], Awaitable[list[float]]]
@@ -263,6 +289,124 @@ def _translate_filter(flt: object) -> dict[str, Any] | None:
     return out
 
 
+def _is_number(value: object) -> bool:
+    return type(value) is int or type(value) is float
+
+
+class _Unstorable(Exception):
+    """A value holds a number no stored value can equal."""
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with each int beyond 64 bits that a float holds exactly as
+    that float (what equals it); ``_Unstorable`` if some number (NaN, an
+    infinity, another int beyond 64 bits) equals no stored value."""
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise _Unstorable
+        return value
+    if type(value) is int and not INT_MIN <= value <= INT_MAX:
+        try:
+            exact = float(value)
+        except OverflowError:
+            raise _Unstorable from None
+        if exact != value:
+            raise _Unstorable
+        return exact
+    if type(value) is list:
+        return [_storable(item) for item in value]
+    if type(value) is dict:
+        return {key: _storable(item) for key, item in value.items()}
+    return value
+
+
+def _bound(op: str, operand: float | int) -> dict[str, Any] | None:
+    """An ordering condition on a number no value holds (NaN, an infinity, an
+    int beyond 64 bits) as one the store takes, as ``InMemoryStore`` compares
+    (``float()`` of both sides); None when it is ``{op: operand}`` itself."""
+    if type(operand) is float and math.isfinite(operand):
+        return None
+    if type(operand) is int and INT_MIN <= operand <= INT_MAX:
+        return None
+    if operand != operand:  # NaN: no comparison holds
+        return _NEVER
+    try:
+        bound = float(operand)
+    except OverflowError:
+        bound = math.inf if operand > 0 else -math.inf
+    if math.isfinite(bound):
+        return {op: bound}
+    above = bound > 0
+    if (op in ("$gt", "$gte")) == above:
+        return _NEVER  # above +inf, below -inf
+    return _ANY_NUMBER  # below +inf, above -inf: any number
+
+
+def _field_condition(condition: Any) -> Any:
+    """One field's condition with its bounds beyond stored numbers rewritten
+    (see ``_bound``; ``$eq``/``$ne``/``$in`` operands that no stored value can
+    equal match nothing / everything); ``None`` when it always holds. Unknown
+    operators are left for the store to refuse."""
+    if type(condition) is not dict or not any(
+        isinstance(k, str) and k.startswith("$") for k in condition
+    ):
+        condition = {"$eq": condition}
+    kept: dict[str, Any] = {}
+    number = False
+    for op, operand in condition.items():
+        if op in _ORDERING and _is_number(operand):
+            rewritten = _bound(op, operand)
+            if rewritten is _NEVER:
+                return _NEVER
+            if rewritten is _ANY_NUMBER:
+                number = True
+            else:
+                kept.update(rewritten or {op: operand})
+        elif op in ("$eq", "$ne"):
+            try:
+                kept[op] = _storable(operand)
+            except _Unstorable:
+                if op == "$eq":
+                    return _NEVER
+        elif op == "$in" and type(operand) is list:
+            found = []
+            for item in operand:
+                try:
+                    found.append(_storable(item))
+                except _Unstorable:
+                    continue
+            kept[op] = found
+        else:
+            kept[op] = operand
+    ordered = [kept[op] for op in _ORDERING if op in kept]
+    if number and not any(_is_number(operand) for operand in ordered):
+        if ordered:  # ordered against a non-number: never a number too
+            return _NEVER
+        kept.update(_ANY_NUMBER)
+    return kept or None
+
+
+def _store_filter(flt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A translated LangGraph filter as the store takes it: bounds the stored
+    values never hold (``±inf``, NaN, ints beyond 64 bits, which
+    ``InMemoryStore`` takes) rewritten to conditions on the values they can
+    hold, with the same result."""
+    if flt is None:
+        return None
+    out: dict[str, Any] = {}
+    for path, condition in flt.items():
+        rewritten = _field_condition(condition)
+        if rewritten is not None:
+            out[path] = rewritten
+    return out
+
+
+def _namespace_path(path: object) -> object:
+    """A list given as a namespace prefix, suffix or match path, as the tuple
+    (``InMemoryStore`` takes lists there)."""
+    return tuple(path) if isinstance(path, list) else path
+
+
 def _check_paths(paths: object, name: str) -> list[tuple[str, str | list[str]]]:
     """Field paths, tokenized (an empty list: no field, as in LangGraph)."""
     if not isinstance(paths, list | tuple):
@@ -376,6 +520,22 @@ def _search_item(stored: StoredItem, score: float | None) -> SearchItem:
         updated_at=stored.updated_at,
         score=score,
     )
+
+
+def _with_tuple_paths(op: Op) -> Op:
+    """``op`` with a list as its namespace prefix or match path made a tuple
+    (see ``_namespace_path``)."""
+    if isinstance(op, SearchOp) and isinstance(op.namespace_prefix, list):
+        return op._replace(namespace_prefix=_namespace_path(op.namespace_prefix))
+    if isinstance(op, ListNamespacesOp) and op.match_conditions:
+        conditions = tuple(
+            MatchCondition(match_type=c.match_type, path=_namespace_path(c.path))  # type: ignore[arg-type]
+            if isinstance(c, MatchCondition)
+            else c
+            for c in op.match_conditions
+        )
+        return op._replace(match_conditions=conditions)
+    return op
 
 
 def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
@@ -506,6 +666,7 @@ class RedisMemStore(BaseStore):
         return documents, found
 
     async def _batch(self, memory: Memory, ops: list[Op]) -> list[Result]:
+        ops = [_with_tuple_paths(op) for op in ops]
         for op in ops:
             self._check(op)
         documents, queries = await self._embed(ops)
@@ -538,7 +699,7 @@ class RedisMemStore(BaseStore):
     async def _search(
         self, memory: Memory, op: SearchOp, queries: dict[str, list[float]]
     ) -> list[SearchItem]:
-        flt = _translate_filter(op.filter)
+        flt = _store_filter(_translate_filter(op.filter))
         limit = check_int("limit", op.limit)
         offset = check_int("offset", op.offset)
         query_vector = queries.get(op.query) if op.query else None

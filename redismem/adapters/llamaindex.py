@@ -36,9 +36,17 @@ stores turn them into dicts when they persist; this one says so instead).
 Messages written by other means (``Memory.write``) read back with their tool
 calls as OpenAI-style ``additional_kwargs``; their own metadata is not shown.
 
-System and developer messages are stored only if the ``Memory`` was
-connected with ``store_system_messages=True``; otherwise they are skipped,
-as every redismem write does.
+System and developer messages are stored, whatever the ``Memory``'s
+``store_system_messages``: the adapter stores exactly what LlamaIndex gives
+it, or raises; it never drops a message (``ChatSummaryMemoryBuffer`` keeps
+its running summary as a system message). Reads return exactly what is
+stored, a tool result whose call is not in the session too (as
+``SimpleChatStore`` does after ``delete_message``).
+
+Retention is LlamaIndex's: its own Redis chat store keeps a chat until it is
+deleted, and so does this one, whatever the ``Memory``'s ``ttl`` (which
+applies to ``Memory.write``). ``ttl`` (seconds) expires a chat ``ttl`` after
+its last write instead; reads do not refresh it.
 
 What each method costs, and what is atomic:
 
@@ -59,9 +67,10 @@ What each method costs, and what is atomic:
 * ``get_keys``: the user's live sessions (``Memory.sessions``).
 
 Sync methods run on a background event loop through a twin of the
-``Memory`` (see ``redismem.adapters``) and raise ``RuntimeError`` inside a
-running event loop; ``ChatMemoryBuffer.aget`` calls them from a worker
-thread, which is fine. Call ``close()`` (or ``await aclose()``) when done.
+``Memory`` (see ``redismem.adapters``), from any thread, inside a running
+event loop too (a notebook cell; ``ChatMemoryBuffer.put`` there), which they
+block while they run; ``ChatMemoryBuffer.aget`` calls them from a worker
+thread. Call ``close()`` (or ``await aclose()``) when done.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ from pydantic import ValidationError
 from ..checks import check_memory
 from ..errors import InvalidInput, MissingDependency
 from ..models import Message, ToolCall
+from . import _retention
 from ._sync import aclose_twin, close_twin, run_sync
 
 if TYPE_CHECKING:
@@ -233,18 +243,24 @@ def to_llamaindex(message: Message) -> ChatMessage:
 class RedisMemChatStore(BaseChatStore):
     """A LlamaIndex chat store: ``key`` -> a session of ``user_id`` (see the module doc).
 
-    ``agent_name`` and ``tags`` are recorded with every write.
+    ``agent_name`` and ``tags`` are recorded with every write; ``ttl``:
+    seconds a chat is kept after its last write (None: until deleted, as
+    LlamaIndex's own stores keep it).
     """
 
     user_id: str = "default"
     agent_name: str | None = None
     tags: dict[str, str] | None = None
+    ttl: float | None = None
 
     _memory: Memory = PrivateAttr()
+    _ttl_ms: int = PrivateAttr(default=0)
 
     def __init__(self, memory: Memory, user_id: str = "default", **data: Any) -> None:
+        ttl = _retention.ttl_ms(data.get("ttl"))
         super().__init__(**{**data, "user_id": user_id})
         self._memory = check_memory(memory)
+        self._ttl_ms = ttl
 
     @classmethod
     def class_name(cls) -> str:
@@ -257,15 +273,17 @@ class RedisMemChatStore(BaseChatStore):
     # -- the work, on a given Memory (the caller's, or the sync twin) --------
 
     async def _read(self, memory: Memory, key: str) -> list[Message]:
-        return await memory.read(session_id=key, user_id=self.user_id)
+        return await _retention.read(memory, session_id=key, user_id=self.user_id)
 
     async def _write(self, memory: Memory, key: str, messages: list[Message]) -> None:
-        await memory.write(
+        await _retention.write(
+            memory,
             messages,
             session_id=key,
             user_id=self.user_id,
             tags=self.tags,
             agent_name=self.agent_name,
+            ttl=self._ttl_ms,
         )
 
     async def _set(self, memory: Memory, key: str, messages: list[Message]) -> None:
