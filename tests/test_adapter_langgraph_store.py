@@ -846,6 +846,32 @@ async def test_sync_methods_from_a_thread(make_memory: MemoryFactory) -> None:
     assert memory.store is not None
 
 
+async def test_a_sync_call_on_the_background_loop_raises(make_memory: MemoryFactory) -> None:
+    # The sync methods run on redismem's background loop; code the adapter runs
+    # there (an embedder) calling a sync method would wait for itself: it raises
+    # rather than deadlock.
+    memory = await make_memory()
+    seen: list[str] = []
+
+    class Reentrant:
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            try:
+                store.get(("alice", "pets"), "a")
+            except RuntimeError as exc:
+                seen.append(str(exc))
+            return [[1.0, 0.0] for _ in texts]
+
+    store = RedisMemStore(memory, index={"dims": 2, "embed": Reentrant()})
+    try:
+        store.put(("alice", "pets"), "a", {"text": "cat"})
+        assert len(seen) == 1 and "background event loop" in seen[0]
+        assert "aget" in seen[0] or "abatch" in seen[0]
+        got = store.get(("alice", "pets"), "a")
+        assert got is not None and got.value == {"text": "cat"}
+    finally:
+        await store.aclose()
+
+
 class State(TypedDict, total=False):
     user: str
     text: str
