@@ -1,9 +1,10 @@
 """The ACL of ``deploy/README.md``, run as written.
 
-The rule is read from the README's one ``ACL SETUSER`` line (so the docs and
-this test cannot drift) and set, unchanged but for the password, on a
-``redis-server`` started for the test. As that user, with the default
-namespace ``redismem`` and queue ``redismem/queue`` the rule names:
+The rule is read from the README's ``ACL SETUSER redismem reset ...`` line
+(so the docs and this test cannot drift) and set, unchanged but for the
+password, on a server started for the test: ``redis-server`` (7.0) and
+Valkey (a 7.2+ server). As that user, in the default namespace ``redismem``
+and queue ``redismem/queue`` the rule names:
 
 * the client: writes, reads, context, search, summaries, the long-term store
   and memories APIs, ``flush``, ``clear``, ``clear_user``, ``clear_all``;
@@ -15,9 +16,12 @@ namespace ``redismem`` and queue ``redismem/queue`` the rule names:
   LangGraph's checkpointer and store;
 
 each succeeds, and the server's ACL log holds no refusal at all (not even of
-a command a library sends and ignores the failure of). Then, grant by grant,
-a user with one grant of the rule less fails a named operation: the rule is
-no wider than what runs needs. Outside it, keys and server-wide commands are
+a command a library sends and ignores the failure of). So do a db other
+than 0 with ``replica_acks`` (``SELECT``, ``WAIT``), the client and adapters
+on a Redis Cluster with the README's cluster line (and not without it), and
+``redismem demo`` with the README's demo line. Then, grant by grant, a user
+with one grant of the rule less fails a named operation: the rule is no
+wider than what runs needs. Outside it, keys and server-wide commands are
 refused.
 """
 
@@ -82,11 +86,17 @@ def documented_rule() -> list[str]:
     return rules[0]
 
 
-def documented_cluster_rule() -> list[str]:
-    """What the README adds to the user on a Redis Cluster (its other line)."""
-    rules = [words for words in _setuser_lines() if words[:1] != ["reset"]]
-    assert len(rules) == 1, rules
-    return rules[0]
+def documented_additions() -> list[list[str]]:
+    """The README's other ``ACL SETUSER redismem`` lines: what a cluster, or
+    the demo, adds to the user."""
+    return [words for words in _setuser_lines() if words[:1] != ["reset"]]
+
+
+def documented_addition(grant: str) -> list[str]:
+    """The README's addition holding ``grant``."""
+    found = [words for words in documented_additions() if grant in words]
+    assert len(found) == 1, (grant, documented_additions())
+    return found[0]
 
 
 def with_password(rule: list[str]) -> list[str]:
@@ -160,7 +170,7 @@ def env_for(url: str, **extra: str) -> dict[str, str]:
 
 def run_cli(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], env=dict(env), capture_output=True, text=True, timeout=60, check=False
+        [*CLI, *args], env=dict(env), capture_output=True, text=True, timeout=120, check=False
     )
 
 
@@ -200,7 +210,7 @@ async def wait_ready(url: str, worker: WorkerProcess) -> None:
             assert worker.alive, f"worker exited:\n{worker.log()[-3000:]}"
             return bool(await client.exists(f"{QUEUE}:health-check:{worker.name}"))
 
-        await eventually(ready, within=30, what="the worker's health record")
+        await eventually(ready, within=60, what="the worker's health record")
     finally:
         await client.aclose()
 
@@ -464,7 +474,9 @@ PROBES += [Probe(f"+info|{name}", worker_exits, "command:info") for name in INFO
 def test_every_grant_of_the_rule_has_a_probe() -> None:
     """A grant added to the README without a proof that runs need it fails here."""
     assert sorted(grants(documented_rule())) == sorted(p.grant for p in PROBES)
-    assert grants(documented_cluster_rule()) == documented_cluster_rule()
+    for addition in documented_additions():
+        assert grants(addition) == addition
+    assert len(documented_additions()) == 2  # the cluster's and the demo's, tested below
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=[p.grant for p in PROBES])
@@ -589,7 +601,7 @@ async def test_on_a_cluster_the_user_needs_cluster_slots_and_nothing_more(
         assert any("cluster|slots" in line for port in cluster.ports for line in acl_log(port))
 
         for port in cluster.ports:
-            set_user(port, documented_rule(), documented_cluster_rule())
+            set_user(port, documented_rule(), documented_addition("+cluster|slots"))
         mem = await Memory.connect(url, queue_url=queue_url, keep_recent=2, summarize_batch=2)
         try:
             await client_calls(mem)
@@ -606,3 +618,30 @@ async def test_on_a_cluster_the_user_needs_cluster_slots_and_nothing_more(
                 admin.execute_command("ACL", "DELUSER", USER)
             finally:
                 admin.close()
+
+
+async def test_the_demo_runs_as_the_documented_user_with_its_namespaces(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    """``redismem demo`` (its own namespace ``demo-...``) with the README's
+    addition for it."""
+    server = redis_server_factory()
+    url = set_user(server, documented_rule(), documented_addition("~demo-*"))
+    result = await asyncio.to_thread(
+        run_cli,
+        "demo",
+        "--url",
+        url,
+        "--agents",
+        "1",
+        "--workers",
+        "1",
+        "--sessions",
+        "2",
+        "--duration",
+        "1",
+        env=env_for(url),
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "no message lost" in result.stdout, result.stdout
+    assert acl_log(server) == []
