@@ -8,8 +8,8 @@ and queue ``redismem/queue`` the rule names:
 
 * the client: writes, reads, context, search, summaries, the long-term store
   and memories APIs, ``flush``, ``clear``, ``clear_user``, ``clear_all``;
-* a ``redismem worker`` process summarizing, indexing and extracting
-  (``REDISMEM_EXTRACTOR=rules``);
+* a ``redismem worker`` process summarizing, indexing (with vectors) and
+  extracting (``REDISMEM_EXTRACTOR=rules``);
 * the operator commands ``stats``, ``sessions``, ``inspect``, ``memories``
   and ``worker --check``;
 * the adapters: LangChain's chat history, LlamaIndex's chat store, and
@@ -54,6 +54,7 @@ from redismem.adapters.langchain import RedisMemChatMessageHistory
 from redismem.adapters.langgraph import RedisMemSaver
 from redismem.adapters.langgraph_store import RedisMemStore
 from redismem.adapters.llamaindex import RedisMemChatStore
+from redismem.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "deploy" / "README.md"
@@ -313,10 +314,10 @@ async def adapter_calls(mem: Memory) -> None:
     assert len([s async for s in graph.aget_state_history(config)]) >= 2
     await saver.adelete_thread("lg-1")
 
-    store = RedisMemStore(mem)
+    store = RedisMemStore(mem, index={"dims": 64, "embed": HashingEmbedder(64)})
     await store.aput(("carol", "notes"), "n1", {"text": "likes green tea"})
     assert (await store.aget(("carol", "notes"), "n1")) is not None
-    assert [i.key for i in await store.asearch(("carol",), query="tea")] == ["n1"]
+    assert [i.key for i in await store.asearch(("carol",), query="green tea")] == ["n1"]
     assert await store.alist_namespaces(prefix=("carol",)) == [("carol", "notes")]
     await store.adelete(("carol", "notes"), "n1")
     assert await store.aget(("carol", "notes"), "n1") is None
@@ -326,10 +327,14 @@ async def test_the_documented_user_runs_clients_workers_cli_and_adapters(
     server: Server, cli_worker: Callable[[Mapping[str, str]], WorkerProcess]
 ) -> None:
     url = set_user(server, documented_rule())
-    env = env_for(url, REDISMEM_EXTRACTOR="rules", REDISMEM_EXTRACT_QUIET="0.2")
+    env = env_for(
+        url, REDISMEM_EXTRACTOR="rules", REDISMEM_EXTRACT_QUIET="0.2", REDISMEM_EMBEDDER="hashing"
+    )
     worker = cli_worker(env)
     await wait_ready(url, worker)
-    mem = await Memory.connect(url, keep_recent=2, summarize_batch=2, index=True)
+    mem = await Memory.connect(
+        url, keep_recent=2, summarize_batch=2, index=True, embedder="hashing"
+    )
     try:
         await client_calls(mem)
         await adapter_calls(mem)
