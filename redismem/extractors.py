@@ -3,7 +3,9 @@
 All share one small async protocol, ``Extractor.extract(messages, user_id=...)``,
 returning ``MemoryRecord`` drafts (``id=""``, status "active") that each name
 the message(s) they came from (``Provenance.message_ids``, ``origin`` = the
-extractor's ``name``; the caller fills ``session_id`` and ``agent``). Records
+extractor's ``name``; the caller fills ``session_id`` and ``agent``) and, as
+``created_at``, when the last of them was said (the store makes the value
+said last the current one of a single-valued fact). Records
 about the user have the subject "user"; dates said relative to a message
 ("tomorrow", "next Friday", "last week") are resolved against that
 message's ``created_at`` into ``event_date`` (and a task's ``due``).
@@ -941,8 +943,14 @@ class RuleExtractor:
                     if seen is not None:  # said again: one record, every message cited
                         ids = [*seen.sources[0].message_ids, *source.message_ids]
                         source = Provenance(message_ids=list(dict.fromkeys(ids)), origin=self.name)
+                    # created_at: when it was said (the store orders the
+                    # values of a single-valued fact by it).
                     records[key] = record.model_copy(
-                        update={"confidence": confidence, "sources": [source]}
+                        update={
+                            "confidence": confidence,
+                            "sources": [source],
+                            "created_at": message.created_at,
+                        }
                     )
         return list(records.values())
 
@@ -1110,6 +1118,7 @@ class LLMExtractor:
         cited = list(dict.fromkeys(i for i in ids if i))
         if not cited:
             return None
+        times = [m.created_at for m in messages if m.id in cited and m.created_at is not None]
         kind = item["kind"]
         data: dict[str, Any] = {
             key: item[key] for key in (*_FIELDS[kind], "text", "tags") if item.get(key) is not None
@@ -1125,6 +1134,9 @@ class LLMExtractor:
             kind=kind,
             confidence=self.confidence,
             sources=[Provenance(message_ids=cited, origin=self.name)],
+            # When it was said (the last message cited): the store orders
+            # the values of a single-valued fact by it.
+            created_at=max(times) if times else None,
         )
         try:
             return _RECORD.validate_python(data)

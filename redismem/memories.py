@@ -13,10 +13,19 @@ How ``add`` consolidates, deterministically:
 
 * **Exact duplicate** (same kind and normalized text as an active record):
   the new source is added to that record, which is refreshed; no copy.
-* **Superseded** (a fact with the subject and a single-valued predicate of
-  an active fact, and another object): the new fact is added, the old one is
-  kept with status ``superseded``; they link to each other (``supersedes``,
-  ``superseded_by``, ``superseded_at``).
+* **One current value** (a fact with a single-valued predicate): its
+  subject and predicate name a *slot*, whose lookup item says which record
+  is the current value and when it was *said* (the latest of its sources:
+  ``Provenance.at`` - the message's time for extracted facts, ``created_at``
+  for dated imports, else now - then message id). A new value said later
+  supersedes the current one: the new record is active, the old one kept
+  with status ``superseded``, linked both ways (``supersedes``,
+  ``superseded_by``, ``superseded_at``). A value said *before* the current
+  one (an import, or workers extracting out of order) goes straight into
+  history: outcome ``outdated``, status ``superseded``, ``superseded_by``
+  the current one. ``restore`` makes a record the current value, said now,
+  superseding the one it replaces; deleting or purging the current value
+  leaves the slot without one. So at most one record of a slot is active.
 * **Near duplicate** (with a ``Consolidator``): the records most like the
   new one, by keyword search, go to it; its decision (add, update, no-op,
   delete) is applied and recorded in the history of the records it touched.
@@ -26,12 +35,21 @@ Nothing is removed by these: ``delete`` marks a record ``deleted``, and only
 
 Concurrency and faults: every put is conditional on the version read
 (``if_version``), so concurrent adds never overwrite each other: the loser
-reads again and re-decides. An ``add`` is idempotent per ``write_id``: its
-record id derives from it, and its steps (new record, superseded old one,
-lookup items, in that order) each check what is already done, so an add
-re-run after a crash or a timeout finishes what the first run started and
-adds nothing twice. Writes on behalf of a session carry a guard (the
+reads again and re-decides. A slot is decided by compare-and-set on its
+lookup item (which value is current, and every record ever in the slot);
+then the records are brought in line with it (``_settle``): the old value
+is superseded before the new one is stored active, and every writer settles
+again until the slot holds still, so once the writers are done at most one
+record is active, whatever they raced. An ``add`` is idempotent per
+``write_id``: its record id derives from it, and its steps each check what
+is already done, so an add re-run after a crash or a timeout finishes what
+the first run started and adds nothing twice (an add that died after
+deciding and is never re-sent leaves its slot without a current value until
+the next value is said). Writes on behalf of a session carry a guard (the
 session's incarnation), so a session cleared meanwhile gets no memories.
+
+Search finds a fact by its predicate's words too (``predicate_words``:
+``lives_in`` is found by "where do I live"), indexed with its text.
 """
 
 from __future__ import annotations
@@ -67,6 +85,7 @@ from .memory_models import (
     Task,
     normalize_predicate,
     normalize_text,
+    predicate_words,
 )
 from .store import Item, ItemVersion
 
@@ -76,15 +95,19 @@ if TYPE_CHECKING:
 
 __all__ = ["AddOutcome", "AddResult", "MemoryHit", "Memories"]
 
-AddOutcome = Literal["added", "duplicate", "superseded", "updated", "noop"]
+AddOutcome = Literal["added", "duplicate", "superseded", "outdated", "updated", "noop"]
 
 RECORDS = "memories"
 CHUNKS = "memories-chunks"
 LOOKUPS = "memories-keys"
 #: The fields of a record whose words are searchable.
-_INDEXED = ["text", "title", "summary", "subject", "object", "target", "name", "result"]
+_INDEXED = ["text", "title", "summary", "subject", "object", "target", "name", "result", "cues"]
 #: Tries of one ``add`` against concurrent changes before giving up.
 _MAX_TRIES = 16
+#: Fields that name a fact's value slot or link records: ``update`` leaves them.
+_FIXED = {"id", "kind", "sources", "created_at", "updated_at", "status"}
+_LINKS = {"supersedes", "superseded_by", "superseded_at"}
+_SLOT_FIELDS = {"subject", "predicate", "single_valued"}
 #: Characters per document chunk (cut at a word boundary), and the overlap.
 CHUNK_CHARS = 800
 _STATUSES = ("active", "superseded", "deleted")
@@ -116,6 +139,19 @@ class _Stored:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """The lookup item of a (subject, single-valued predicate): which record
+    is the current value, when that value was said, and every record ever
+    added to the slot (``_settle`` keeps their statuses in line with it)."""
+
+    key: str
+    version: int
+    current: str | None
+    said: tuple[int, str] | None
+    members: list[str]
+
+
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
 
@@ -126,6 +162,24 @@ def _text_key(record: MemoryRecord) -> str:
 
 def _slot_key(fact: Fact) -> str:
     return "s" + _digest(normalize_text(fact.subject), normalize_predicate(fact.predicate))
+
+
+def _is_slotted(record: MemoryRecord) -> bool:
+    return isinstance(record, Fact) and record.is_single_valued()
+
+
+def _said(record: MemoryRecord) -> tuple[int, str]:
+    """When ``record`` was last said: the latest of its sources by time
+    (``at``, else the record's ``created_at``), then by message id."""
+    default = _ms(record.created_at) or 0
+    best = (default, "")
+    for source in record.sources:
+        best = max(best, (_ms(source.at) or default, max(source.message_ids, default="")))
+    return best
+
+
+def _said_of(stored: _Stored | None) -> tuple[int, str] | None:
+    return None if stored is None else _said(stored.record)
 
 
 def _record_id(op: str) -> str:
@@ -237,6 +291,7 @@ class Memories:
         value.pop("reason", None)
         value.pop("created_ms", None)
         value.pop("event_ms", None)
+        value.pop("cues", None)
         value["id"] = item.key
         value["updated_at"] = item.updated_at
         created = item.value.get("created_ms")
@@ -254,6 +309,10 @@ class Memories:
         value["reason"] = reason
         value["created_ms"] = _ms(record.created_at) or int(time.time() * 1000)
         value["event_ms"] = _ms(record.event_date)
+        if isinstance(record, Fact):
+            value["cues"] = " ".join(predicate_words(record.predicate))
+        elif isinstance(record, Relationship):
+            value["cues"] = " ".join(predicate_words(record.relation))
         return value
 
     async def _get(self, user_id: str, memory_id: str) -> _Stored | None:
@@ -373,7 +432,10 @@ class Memories:
         if source is not None and not isinstance(source, Provenance):
             raise InvalidInput(f"source must be a Provenance, not {type(source).__name__}")
         base = source or (new.sources[-1] if new.sources else Provenance())
-        provenance = base.model_copy(update={"write_id": op, "at": base.at or _now()})
+        # When it was said: the source's time, else the record's (a dated
+        # import, or the message an extractor read it from), else now.
+        said_at = base.at or new.created_at or _now()
+        provenance = base.model_copy(update={"write_id": op, "at": said_at})
         if isinstance(new, Document) and not new.chunks:
             pieces = chunk_text(new.text)
             new = new.model_copy(
@@ -384,7 +446,7 @@ class Memories:
                 "id": _record_id(op),
                 "sources": [provenance],
                 "status": "active",
-                "created_at": new.created_at or _now(),
+                "created_at": new.created_at or said_at,
             }
         )
         for attempt in range(_MAX_TRIES):
@@ -409,6 +471,8 @@ class Memories:
                 and normalize_text(same.record.text) == normalize_text(new.text)
             ):
                 result = await self._add_source(uid, same, new, op, guard)
+                if result is not None and _is_slotted(same.record):
+                    await self._raise_said(uid, same.record, _said(new), guard)
                 if mine is not None:
                     # This add put its record, then lost the race for the
                     # text to a concurrent add of the same memory: its
@@ -416,105 +480,308 @@ class Memories:
                     await self._memory.store.purge((uid, CHUNKS, new.id))
                     await self._memory.store.purge_item((uid, RECORDS), new.id)
                 return result
+        if isinstance(new, Fact) and new.is_single_valued():
+            return await self._add_to_slot(uid, new, mine, op, guard, text_key, same_version)
         if mine is not None and mine.record.status != "active":
             # This add finished long ago and its record changed since.
             return AddResult(mine.record, "added")
 
-        old: _Stored | None = None
-        slot_key: str | None = None
-        slot_id: str | None = None
-        slot_version = 0
-        if isinstance(new, Fact) and new.is_single_valued():
-            slot_key = _slot_key(new)
-            slot_id, slot_version = await self._lookup(uid, slot_key)
-            if slot_id is not None and slot_id != new.id:
-                old = await self._current(uid, slot_id, new.id)
-                if old is not None and not self._same_slot(old.record, new):
-                    old = None
-                if (
-                    old is not None
-                    and isinstance(old.record, Fact)
-                    and normalize_text(old.record.object) == normalize_text(new.object)
-                    and mine is None
-                ):
-                    # The same value said in other words: one more source.
-                    return await self._add_source(uid, old, new, op, guard)
-
         decided: AddResult | None = None
-        if old is None and mine is None and self._consolidator is not None:
+        if mine is None and self._consolidator is not None:
             decided = await self._consult(uid, new, op, guard)
             if decided is not None and decided.outcome in ("noop", "updated"):
                 return decided
-
-        outcome: AddOutcome = "added"
-        if old is not None:
-            new = new.model_copy(update={"supersedes": old.record.id})
-            outcome = "superseded"
         if mine is None:
             if not await self._put(uid, new, version=0, change="added", reason="", guard=guard):
                 return None
-        elif old is not None and mine.record.supersedes != old.record.id:
-            new = mine.record.model_copy(update={"supersedes": old.record.id})
-            if not await self._put(
-                uid,
-                new,
-                version=mine.version,
-                change="added",
-                reason=f"supersedes {old.record.id}",
-                guard=guard,
-            ):
-                return None
         else:
             new = mine.record
-            if new.supersedes is not None:
-                outcome = "superseded"
         if same_id != new.id:
-            # Claim the text before anything links to the new record.
             await self._point(uid, text_key, new.id, same_version, guard)
-        if old is not None:
-            at = _now()
-            retired = old.record.model_copy(
-                update={"status": "superseded", "superseded_by": new.id, "superseded_at": at}
-            )
-            if not await self._put(
-                uid,
-                retired,
-                version=old.version,
-                change="superseded",
-                reason=f"superseded by {new.id}",
-                guard=guard,
-            ):
-                return None
-        if slot_key is not None and slot_id != new.id:
-            # Conditional on the slot as read above: an add that moved it
-            # since makes this one read again and supersede that one.
-            await self._point(uid, slot_key, new.id, slot_version, guard)
         if decided is not None and decided.outcome == "added" and decided.other:
             return AddResult(new, "added", decided.other)
-        return AddResult(new, outcome, old.record.id if old else None)
+        return AddResult(new, "added")
 
-    async def _current(self, uid: str, start: str, mine: str) -> _Stored | None:
-        """The active end of the superseded chain from ``start`` (the slot
-        may lag behind an add that superseded its record and has not moved
-        it yet, or died before); None if the chain ends at ``mine`` or at a
-        deleted record."""
-        at = await self._get(uid, start)
-        for _hop in range(64):
-            if at is None or at.record.status == "active":
-                return at
-            following = at.record.superseded_by
-            if at.record.status != "superseded" or following is None or following == mine:
+    # -- single-valued facts: one current value per slot ---------------------------------
+
+    async def _add_to_slot(
+        self,
+        uid: str,
+        new: Fact,
+        mine: _Stored | None,
+        op: str,
+        guard: tuple[str, str] | None,
+        text_key: str,
+        text_version: int,
+    ) -> AddResult | None:
+        """Add a single-valued fact: decided on the slot (compare-and-set),
+        then the records brought in line with it (see ``_settle``)."""
+        slot = await self._slot(uid, _slot_key(new))
+        said = _said(new)
+        current = None
+        if slot.current is not None and slot.current != new.id:
+            current = await self._get(uid, slot.current)
+        live = slot.current is not None and (current is None or current.record.status != "deleted")
+        if new.id not in slot.members:
+            if (
+                mine is None
+                and current is not None
+                and current.record.status == "active"
+                and isinstance(current.record, Fact)
+                and normalize_text(current.record.object) == normalize_text(new.object)
+            ):
+                # The current value said again in other words: one more source.
+                result = await self._add_source(uid, current, new, op, guard)
+                if result is not None:
+                    await self._raise_said(uid, current.record, said, guard)
+                return result
+            if mine is None and not live and self._consolidator is not None:
+                decided = await self._consult(uid, new, op, guard)
+                if decided is not None and decided.outcome in ("noop", "updated"):
+                    return decided
+            held = slot.said if slot.said is not None else _said_of(current)
+            # Said at the same moment (one message, two values): the later
+            # add wins, as the later clause of the message does.
+            newer = not live or held is None or said >= held
+            members = [*slot.members, new.id]
+            if newer:
+                written = await self._write_slot(uid, slot, new.id, said, members, guard)
+            else:
+                written = await self._write_slot(uid, slot, slot.current, held, members, guard)
+            if not written:
                 return None
-            at = await self._get(uid, following)
-        return None
+            slot = await self._slot(uid, slot.key)
+        if mine is None:
+            if slot.current == new.id:
+                # The old value goes first: never two current values at once.
+                previous = await self._settle(uid, slot, guard, arriving=new.id)
+                if previous is None:
+                    return None
+                record = new.model_copy(update={"supersedes": previous or None})
+                change, reason = "added", ""
+            else:
+                record = new.model_copy(
+                    update={
+                        "status": "superseded",
+                        "superseded_by": slot.current,
+                        "superseded_at": _now(),
+                    }
+                )
+                change = "added"
+                reason = f"said before the current value {slot.current}"
+            try:
+                if not await self._put(
+                    uid, record, version=0, change=change, reason=reason, guard=guard
+                ):
+                    return None
+            except VersionConflict:
+                pass  # a concurrent re-send of this add put it: read below
+            got = await self._get(uid, new.id)
+            if got is None:
+                raise VersionConflict(f"memory {new.id!r}", 0, 0)
+            mine = got
+        await self._point(uid, text_key, new.id, text_version, guard)
+        if await self._settle(uid, await self._slot(uid, slot.key), guard) is None:
+            return None
+        got = await self._get(uid, new.id)
+        final = got.record if got is not None else mine.record
+        if slot.current != new.id and final.status == "superseded":
+            return AddResult(final, "outdated", final.superseded_by)
+        outcome: AddOutcome = "superseded" if final.supersedes else "added"
+        return AddResult(final, outcome, final.supersedes)
 
-    @staticmethod
-    def _same_slot(old: MemoryRecord, new: Fact) -> bool:
-        return (
-            isinstance(old, Fact)
-            and normalize_text(old.subject) == normalize_text(new.subject)
-            and normalize_predicate(old.predicate) == normalize_predicate(new.predicate)
+    async def _slot(self, uid: str, key: str) -> _Slot:
+        item = await self._memory.store.get((uid, LOOKUPS), key)
+        if item is None:
+            return _Slot(key, 0, None, None, [])
+        value = item.value
+        current = value.get("id")
+        current = current if isinstance(current, str) else None
+        said = value.get("said")
+        held: tuple[int, str] | None = None
+        if (
+            isinstance(said, list)
+            and len(said) == 2
+            and isinstance(said[0], int)
+            and isinstance(said[1], str)
+        ):
+            held = (said[0], said[1])
+        members = value.get("members")
+        if isinstance(members, list):
+            ids = [m for m in members if isinstance(m, str)]
+        else:
+            ids = [current] if current else []  # a slot written before members
+        return _Slot(key, item.version, current, held, ids)
+
+    async def _write_slot(
+        self,
+        uid: str,
+        slot: _Slot,
+        current: str | None,
+        said: tuple[int, str] | None,
+        members: list[str],
+        guard: tuple[str, str] | None,
+    ) -> bool:
+        """Compare-and-set the slot: ``VersionConflict`` when it moved; False
+        when the guard refused (the session is gone)."""
+        put = await self._memory.store.put_guarded(
+            (uid, LOOKUPS),
+            slot.key,
+            {"id": current, "said": None if said is None else list(said), "members": members},
+            index=False,
+            ttl=self._ttl,
+            if_version=slot.version,
+            guard=guard,
         )
+        return put is not None
+
+    async def _raise_said(
+        self, uid: str, record: MemoryRecord, said: tuple[int, str], guard: tuple[str, str] | None
+    ) -> None:
+        """The current value was said again at ``said``: later than the slot
+        holds, it counts from then on (an older statement then loses to it)."""
+        if not isinstance(record, Fact):
+            return
+        for _attempt in range(_MAX_TRIES):
+            slot = await self._slot(uid, _slot_key(record))
+            if slot.current != record.id or (slot.said is not None and slot.said >= said):
+                return
+            try:
+                await self._write_slot(uid, slot, slot.current, said, slot.members, guard)
+                return
+            except VersionConflict:
+                continue
+
+    async def _settle(
+        self,
+        uid: str,
+        slot: _Slot,
+        guard: tuple[str, str] | None,
+        *,
+        arriving: str | None = None,
+    ) -> str | None:
+        """Bring the slot's records in line with it: every active record
+        but the current one superseded by it, first; then the current one
+        active again if a stale settle had superseded it. Repeated until
+        the slot holds still, so whoever changed it last settles last.
+        Returns the id of the value the current one replaced (``""``: none),
+        or None when the guard refused. ``arriving``: the current record is
+        being added or restored by the caller, who makes it active."""
+        previous = ""
+        for _round in range(_MAX_TRIES):
+            stored = await asyncio.gather(*(self._get(uid, m) for m in slot.members))
+            records = {m: s for m, s in zip(slot.members, stored, strict=True) if s is not None}
+            target = records.get(slot.current) if slot.current else None
+            live = slot.current
+            if target is not None and target.record.status == "deleted" and live != arriving:
+                live = None  # a deleted current value: there is none
+            try:
+                for member, held in records.items():
+                    if member == slot.current or held.record.status != "active":
+                        continue
+                    retired = held.record.model_copy(
+                        update={
+                            "status": "superseded",
+                            "superseded_by": live,
+                            "superseded_at": _now(),
+                        }
+                    )
+                    reason = f"superseded by {live}" if live else "no longer current"
+                    if not await self._put(
+                        uid,
+                        retired,
+                        version=held.version,
+                        change="superseded",
+                        reason=reason,
+                        guard=guard,
+                    ):
+                        return None
+                    previous = member
+                if (
+                    target is not None
+                    and target.record.status == "superseded"
+                    and slot.current != arriving
+                ):
+                    back = target.record.model_copy(
+                        update={"status": "active", "superseded_by": None, "superseded_at": None}
+                    )
+                    if not await self._put(
+                        uid,
+                        back,
+                        version=target.version,
+                        change="restored",
+                        reason="the current value again",
+                        guard=guard,
+                    ):
+                        return None
+            except VersionConflict:
+                slot = await self._slot(uid, slot.key)
+                continue
+            if not previous and arriving is not None:
+                previous = next(
+                    (m for m, s in records.items() if s.record.superseded_by == arriving), ""
+                )
+            again = await self._slot(uid, slot.key)
+            if again.version == slot.version:
+                return previous
+            slot = again
+        raise VersionConflict(f"memory slot {slot.key!r}", slot.version, 0)
+
+    async def _make_current(self, uid: str, stored: _Stored, reason: str) -> bool:
+        """``restore`` of a single-valued fact: it becomes the slot's current
+        value, said now; the value it replaces is superseded by it."""
+        record = stored.record
+        assert isinstance(record, Fact)
+        slot = await self._slot(uid, _slot_key(record))
+        previous = slot.current if slot.current != record.id else None
+        members = slot.members if record.id in slot.members else [*slot.members, record.id]
+        now = int(time.time() * 1000)
+        await self._write_slot(uid, slot, record.id, (now, ""), members, None)
+        slot = await self._slot(uid, slot.key)
+        # The old value goes first: never two current values at once.
+        await self._settle(uid, slot, None, arriving=record.id)
+        update: dict[str, Any] = {
+            "status": "active",
+            "superseded_by": None,
+            "superseded_at": None,
+        }
+        if previous is not None:
+            update["supersedes"] = previous
+        await self._put(
+            uid,
+            record.model_copy(update=update),
+            version=stored.version,
+            change="restored",
+            reason=reason,
+            guard=None,
+        )
+        await self._settle(uid, await self._slot(uid, slot.key), None)
+        return True
+
+    async def _leave_slot(self, uid: str, record: MemoryRecord, *, purged: bool) -> None:
+        """After ``record`` was deleted (or purged): it is no longer the
+        slot's current value (and, purged, no longer one of its records)."""
+        if not _is_slotted(record):
+            return
+        assert isinstance(record, Fact)
+        for _attempt in range(_MAX_TRIES):
+            slot = await self._slot(uid, _slot_key(record))
+            members = [m for m in slot.members if m != record.id] if purged else slot.members
+            if slot.current != record.id and members == slot.members:
+                return
+            mine = slot.current == record.id
+            try:
+                await self._write_slot(
+                    uid,
+                    slot,
+                    None if mine else slot.current,
+                    None if mine else slot.said,
+                    members,
+                    None,
+                )
+                return
+            except VersionConflict:
+                continue
 
     async def _add_source(
         self,
@@ -605,10 +872,12 @@ class Memories:
     ) -> MemoryRecord:
         """Correct a record (e.g. ``text=``, ``object=``, ``tags=``): a new
         version, recorded in its history with ``reason``. ``InvalidInput``
-        for an unknown id or fields the record's kind does not have."""
+        for an unknown id, fields the record's kind does not have, the links
+        between records, or a fact's subject, predicate or ``single_valued``
+        in another slot (delete it and add the corrected fact instead)."""
         uid = validate_id(user_id, "user_id")
         mid = validate_id(memory_id, "memory_id")
-        forbidden = {"id", "kind", "sources", "created_at", "updated_at", "status"} & set(changes)
+        forbidden = (_FIXED | _LINKS) & set(changes)
         if forbidden:
             raise InvalidInput(f"update cannot change {sorted(forbidden)}")
         if not isinstance(reason, str):
@@ -627,6 +896,16 @@ class Memories:
                 source or Provenance(origin="api", at=_now()),
             ]
             changed = _check_record(values)
+            if isinstance(changed, Fact) and _SLOT_FIELDS & set(changes):
+                before = stored.record
+                assert isinstance(before, Fact)
+                if changed.is_single_valued() != before.is_single_valued() or (
+                    changed.is_single_valued() and _slot_key(changed) != _slot_key(before)
+                ):
+                    raise InvalidInput(
+                        "update cannot move a fact to another subject or predicate (or make "
+                        "it single- or multi-valued): delete it and add the corrected fact"
+                    )
             if isinstance(changed, Document) and "text" in changes and "chunks" not in changes:
                 pieces = chunk_text(changed.text)
                 changed = changed.model_copy(
@@ -660,7 +939,10 @@ class Memories:
         return await self._set_status(user_id, memory_id, "deleted", reason)
 
     async def restore(self, user_id: str, memory_id: str, *, reason: str = "") -> bool:
-        """Make a deleted or superseded record active again."""
+        """Make a deleted or superseded record active again. A fact with a
+        single-valued predicate becomes its slot's current value, said now:
+        the value current until then is superseded by it (linked both ways,
+        in both histories). False when it is active already or missing."""
         return await self._set_status(user_id, memory_id, "active", reason)
 
     async def _set_status(
@@ -676,8 +958,10 @@ class Memories:
                 return False
             if status != "active" and stored.record.status != "active":
                 return False
-            changed = stored.record.model_copy(update={"status": status})
             try:
+                if status == "active" and _is_slotted(stored.record):
+                    return await self._make_current(uid, stored, reason)
+                changed = stored.record.model_copy(update={"status": status})
                 await self._put(
                     uid,
                     changed,
@@ -688,6 +972,8 @@ class Memories:
                 )
             except VersionConflict:
                 continue
+            if status == "deleted":
+                await self._leave_slot(uid, changed, purged=False)
             return True
         raise VersionConflict(f"memory {mid!r}", 0, 0)
 
@@ -702,8 +988,12 @@ class Memories:
             await store.purge((uid, LOOKUPS))
             return removed
         mid = validate_id(memory_id, "memory_id")
+        stored = await self._get(uid, mid)
         await store.purge((uid, CHUNKS, mid))
-        return int(await store.purge_item((uid, RECORDS), mid))
+        removed = await store.purge_item((uid, RECORDS), mid)
+        if stored is not None:
+            await self._leave_slot(uid, stored.record, purged=True)
+        return int(removed)
 
     # -- reads ----------------------------------------------------------------------
 

@@ -16,10 +16,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .analysis import terms
 from .validation import check_json_value
 
 __all__ = [
     "MEMORY_KINDS",
+    "PREDICATE_CUES",
     "SINGLE_VALUED_PREDICATES",
     "Action",
     "Document",
@@ -34,6 +36,9 @@ __all__ = [
     "Provenance",
     "Relationship",
     "Task",
+    "normalize_predicate",
+    "normalize_text",
+    "predicate_words",
 ]
 
 MemoryKind = Literal["fact", "document", "relationship", "goal", "task", "action"]
@@ -71,6 +76,42 @@ SINGLE_VALUED_PREDICATES = frozenset(
         "diet",
     }
 )
+
+#: The words a question about a predicate is asked with, beyond the
+#: predicate's own words ("where do I live" finds ``User moved to Porto.``,
+#: predicate ``lives_in``): indexed with every fact (and relationship) of
+#: the predicate, so a record is found by what it answers as well as by its
+#: text. Keys are normalized predicates; the words go through the same
+#: analysis as queries (stemmed, stop words dropped), so one form of a word
+#: is enough. Question words ("where", "who") are stop words: they find
+#: nothing and are not listed.
+PREDICATE_CUES: dict[str, tuple[str, ...]] = {
+    "name": ("called", "named", "call"),
+    "nickname": ("called", "named", "name"),
+    "age": ("old", "years", "born"),
+    "birthday": ("born", "birth", "date"),
+    "lives_in": ("live", "home", "reside", "address", "city", "based", "located", "moved"),
+    "lived_in": ("live", "home", "used", "past", "previous", "former", "moved"),
+    "hometown": ("from", "born", "grew", "origin", "home"),
+    "works_at": ("work", "job", "employer", "company", "employed", "office"),
+    "worked_at": ("work", "job", "employer", "company", "previous", "former"),
+    "job_title": ("job", "work", "occupation", "profession", "role", "position"),
+    "role": ("job", "work", "position", "title"),
+    "email": ("mail", "address", "contact", "reach"),
+    "phone": ("number", "mobile", "cell", "call", "contact", "reach"),
+    "timezone": ("time", "zone", "clock", "local"),
+    "nationality": ("citizen", "country", "passport"),
+    "marital_status": ("married", "single", "spouse"),
+    "partner": ("wife", "husband", "spouse", "girlfriend", "boyfriend", "married"),
+    "diet": ("eat", "food", "vegetarian", "vegan"),
+    "allergic_to": ("allergy", "allergies", "allergic", "avoid", "food"),
+    "likes": ("like", "love", "enjoy", "favorite", "fan"),
+    "dislikes": ("dislike", "hate", "avoid"),
+    "prefers": ("prefer", "preference", "like", "favorite"),
+    "preferred_language": ("language", "speak", "prefer"),
+    "preferred_travel": ("travel", "trip", "prefer"),
+    "visited": ("visit", "trip", "travel", "went", "been"),
+}
 
 _TEXT_MAX = 16_000
 
@@ -222,3 +263,19 @@ def normalize_text(text: str) -> str:
     """The form exact duplicates are found by: lower case, words only."""
     words = "".join(ch if ch.isalnum() else " " for ch in text.casefold()).split()
     return " ".join(words)
+
+
+def predicate_words(predicate: str) -> list[str]:
+    """The words a record of ``predicate`` is found by besides its text:
+    the predicate's own (``favorite_color`` -> favorite, color) and its
+    entry in ``PREDICATE_CUES``, in that order; one word per index term
+    ("lives" and "live" are one), none that is only a stop word ("in")."""
+    key = normalize_predicate(predicate)
+    words: list[str] = []
+    seen: set[str] = set()
+    for word in [*key.split("_"), *PREDICATE_CUES.get(key, ())]:
+        found = terms(word)
+        if found and not seen.issuperset(found):
+            seen.update(found)
+            words.append(word)
+    return words

@@ -1,0 +1,324 @@
+"""One current value per single-valued fact (``mem.memories``): restore and
+delete keep at most one active record per (user, subject, predicate); the
+current value is the one said last (message time, then message id),
+whatever order the statements are added or extracted in; a fact is found
+by the question its predicate answers. Every test runs on a real Redis and
+on the embedded backend."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from redismem import InvalidInput
+from redismem.extract import extract_pass
+from redismem.extractors import RuleExtractor
+from redismem.memory_models import Fact, MemoryRecord, Provenance, normalize_predicate
+from redismem.recall import catch_up
+
+PROPERTY = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+DAY0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
+
+
+def lives_in(city: str, **extra: Any) -> Fact:
+    return Fact(
+        text=f"The user lives in {city}.",
+        subject="user",
+        predicate="lives_in",
+        object=city,
+        **extra,
+    )
+
+
+def works_at(org: str, **extra: Any) -> Fact:
+    return Fact(
+        text=f"The user works at {org}.", subject="user", predicate="works_at", object=org, **extra
+    )
+
+
+async def every_record(mem: Any, user: str) -> list[MemoryRecord]:
+    return [h.record for h in await mem.memories.search(user, status="any", limit=10_000)]
+
+
+def assert_one_current_value(records: list[MemoryRecord]) -> None:
+    """At most one active record per (subject, single-valued predicate); the
+    links of a superseded record name records that exist (or were purged)."""
+    active = Counter(
+        (r.subject.casefold(), normalize_predicate(r.predicate))
+        for r in records
+        if isinstance(r, Fact) and r.is_single_valued() and r.status == "active"
+    )
+    assert all(n == 1 for n in active.values()), active
+    for record in records:
+        if record.status == "active":
+            assert record.superseded_by is None and record.superseded_at is None
+
+
+async def active_objects(mem: Any, user: str, predicate: str) -> list[str]:
+    return [
+        r.object
+        for r in await every_record(mem, user)
+        if isinstance(r, Fact) and r.predicate == predicate and r.status == "active"
+    ]
+
+
+# -- defect 5: restore -----------------------------------------------------------------
+
+
+async def test_restoring_a_superseded_value_supersedes_the_current_one(make_memory):
+    mem = await make_memory()
+    lisbon = (await mem.memories.add("alice", lives_in("Lisbon"))).record
+    porto = (await mem.memories.add("alice", lives_in("Porto"))).record
+    assert await mem.memories.restore("alice", lisbon.id, reason="wrong move") is True
+    assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
+    restored = await mem.memories.get("alice", lisbon.id)
+    retired = await mem.memories.get("alice", porto.id)
+    assert restored is not None and retired is not None
+    assert (restored.status, restored.supersedes, restored.superseded_by) == (
+        "active",
+        porto.id,
+        None,
+    )
+    assert (retired.status, retired.superseded_by) == ("superseded", lisbon.id)
+    assert [c.change for c in await mem.memories.history("alice", lisbon.id)] == [
+        "added",
+        "superseded",
+        "restored",
+    ]
+    porto_history = await mem.memories.history("alice", porto.id)
+    assert [c.change for c in porto_history] == ["added", "superseded"]
+    assert porto_history[-1].reason == f"superseded by {lisbon.id}"
+    braga = await mem.memories.add("alice", lives_in("Braga"))
+    assert braga.outcome == "superseded" and braga.other == lisbon.id
+    assert await active_objects(mem, "alice", "lives_in") == ["Braga"]
+    profile = await mem.memories.profile("alice")
+    assert [f.object for f in profile] == ["Braga"]
+
+
+async def test_restoring_a_deleted_employer_after_a_new_one_keeps_one(make_memory):
+    mem = await make_memory()
+    acme = (await mem.memories.add("alice", works_at("Acme"))).record
+    assert await mem.memories.delete("alice", acme.id) is True
+    globex = await mem.memories.add("alice", works_at("Globex"))
+    assert globex.outcome == "added"
+    assert await mem.memories.restore("alice", acme.id) is True
+    assert await active_objects(mem, "alice", "works_at") == ["Acme"]
+    gone = await mem.memories.get("alice", globex.record.id)
+    assert gone is not None and (gone.status, gone.superseded_by) == ("superseded", acme.id)
+    assert await mem.memories.restore("alice", acme.id) is False  # already current
+    await mem.memories.add("alice", works_at("Initech"))
+    assert await active_objects(mem, "alice", "works_at") == ["Initech"]
+
+
+async def test_update_cannot_move_a_fact_to_another_value_slot(make_memory):
+    mem = await make_memory()
+    home = (await mem.memories.add("alice", lives_in("Lisbon"))).record
+    await mem.memories.add("alice", works_at("Acme"))
+    for change in ({"predicate": "works_at"}, {"subject": "bob"}, {"single_valued": False}):
+        with pytest.raises(InvalidInput):
+            await mem.memories.update("alice", home.id, **change)
+    with pytest.raises(InvalidInput):
+        await mem.memories.update("alice", home.id, superseded_by="m-other")
+    fixed = await mem.memories.update("alice", home.id, predicate="Lives in", object="Lisboa")
+    assert isinstance(fixed, Fact) and fixed.object == "Lisboa"
+    assert len(await mem.memories.history("alice", home.id)) == 2
+
+
+CITIES = ["Lisbon", "Porto", "Braga"]
+ORGS = ["Acme", "Globex"]
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.sampled_from(["lives_in", "works_at"]), st.integers(0, 2)),
+        st.tuples(st.just("extract"), st.integers(0, 2), st.integers(0, 40)),
+        st.tuples(st.just("update"), st.integers(0, 50), st.sampled_from(CITIES + ORGS)),
+        st.tuples(st.just("delete"), st.integers(0, 50), st.just(0)),
+        st.tuples(st.just("restore"), st.integers(0, 50), st.just(0)),
+        st.tuples(st.just("purge"), st.integers(0, 50), st.just(0)),
+        st.tuples(st.just("dated"), st.integers(0, 2), st.integers(0, 40)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@PROPERTY
+@given(ops=operations)
+async def test_random_histories_keep_at_most_one_current_value(make_memory, ops):
+    """Random sequences of extraction (messages written with a time, indexed
+    and extracted by the rule extractor), adds (now or dated), corrections,
+    deletes, restores and purges: after every step, at most one active record
+    per (subject, single-valued predicate)."""
+    mem = await make_memory(index=True)
+    user = "u" + format(random.getrandbits(48), "x")
+    known: list[str] = []
+    try:
+        for step, (op, a, b) in enumerate(ops):
+            if op == "add":
+                value = (CITIES if a == "lives_in" else ORGS)[b % 2 if a == "works_at" else b]
+                fact = lives_in(value) if a == "lives_in" else works_at(value)
+                known.append((await mem.memories.add(user, fact)).record.id)
+            elif op == "dated":
+                fact = lives_in(CITIES[a], created_at=DAY0 + timedelta(days=b))
+                known.append((await mem.memories.add(user, fact)).record.id)
+            elif op == "extract":
+                said = random.choice(["I live in", "I moved to"])
+                content = f"{said} {CITIES[a]}. I work at {ORGS[b % 2]}."
+                sid = f"s{b % 3}"
+                await mem.write(
+                    [{"role": "user", "content": content}],
+                    session_id=sid,
+                    user_id=user,
+                    created_at=DAY0 + timedelta(days=b, minutes=step),
+                )
+                await catch_up(mem, user_id=user, session_id=sid)
+                await extract_pass(mem, RuleExtractor(), user_id=user, session_id=sid, quiet=0)
+                known = [r.id for r in await every_record(mem, user)]
+            elif known:
+                target = known[a % len(known)]
+                if op == "update" and await mem.memories.get(user, target) is not None:
+                    await mem.memories.update(user, target, object=b, text=f"User: {b}.")
+                elif op == "delete":
+                    await mem.memories.delete(user, target)
+                elif op == "restore":
+                    await mem.memories.restore(user, target)
+                elif op == "purge":
+                    await mem.memories.purge(user, target)
+            assert_one_current_value(await every_record(mem, user))
+    finally:
+        await mem.clear_user(user)
+
+
+# -- defect 6: the value said last is current ---------------------------------------
+
+#: 21 dated days of a user's life: home and employer change back and forth.
+DAYS = [
+    ("Lisbon", "Acme"),
+    ("Porto", "Acme"),
+    ("Porto", "Globex"),
+    ("Faro", "Globex"),
+    ("Coimbra", "Initech"),
+    ("Porto", "Initech"),
+    ("Lisbon", "Acme"),
+    ("Faro", "Acme"),
+    ("Faro", "Globex"),
+    ("Braga", "Globex"),
+    ("Porto", "Umbrella"),
+    ("Coimbra", "Umbrella"),
+    ("Lisbon", "Acme"),
+    ("Evora", "Acme"),
+    ("Porto", "Initech"),
+    ("Faro", "Globex"),
+    ("Coimbra", "Globex"),
+    ("Porto", "Acme"),
+    ("Lisbon", "Initech"),
+    ("Braga", "Umbrella"),
+    ("Setubal", "Hooli"),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_dated_statements_added_in_any_order_leave_the_last_said_current(make_memory, seed):
+    mem = await make_memory()
+    statements = []
+    for day, (city, org) in enumerate(DAYS):
+        at = DAY0 + timedelta(days=day)
+        statements.append(lives_in(city, created_at=at))
+        statements.append(works_at(org, created_at=at))
+    random.Random(seed).shuffle(statements)
+    outcomes = Counter()
+    for fact in statements:
+        outcomes[(await mem.memories.add("alice", fact)).outcome] += 1
+    assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
+    assert await active_objects(mem, "alice", "works_at") == ["Hooli"]
+    records = await every_record(mem, "alice")
+    assert_one_current_value(records)
+    # Every older statement is in the history, linked to a later value.
+    by_id = {r.id: r for r in records}
+    for record in records:
+        if record.status == "superseded":
+            assert record.superseded_by in by_id
+    assert seed != 0 or outcomes["outdated"] > 0
+
+
+async def test_an_older_statement_goes_straight_into_history(make_memory):
+    mem = await make_memory()
+    now = (await mem.memories.add("alice", lives_in("Porto", created_at=DAY0))).record
+    old = await mem.memories.add("alice", lives_in("Lisbon", created_at=DAY0 - timedelta(days=3)))
+    assert old.outcome == "outdated" and old.other == now.id
+    assert (old.record.status, old.record.superseded_by) == ("superseded", now.id)
+    assert [c.change for c in await mem.memories.history("alice", old.record.id)] == ["added"]
+    assert await active_objects(mem, "alice", "lives_in") == ["Porto"]
+    # Said at the same time: the message id decides.
+    same = DAY0 + timedelta(days=1)
+    first = Provenance(message_ids=["000000000004"], at=same)
+    second = Provenance(message_ids=["000000000005"], at=same)
+    await mem.memories.add("alice", lives_in("Faro"), source=second)
+    late = await mem.memories.add("alice", lives_in("Evora"), source=first)
+    assert late.outcome == "outdated"
+    assert await active_objects(mem, "alice", "lives_in") == ["Faro"]
+
+
+async def test_extraction_out_of_order_leaves_the_last_said_current(make_memory):
+    """Two sessions of dated messages, extracted newest session first (as two
+    workers may): the active home is the one said last."""
+    mem = await make_memory(index=True)
+    for sid, days in (("early", range(0, 10)), ("late", range(10, 21))):
+        for day in days:
+            city, org = DAYS[day]
+            await mem.write(
+                [{"role": "user", "content": f"I live in {city}. I work at {org}."}],
+                session_id=sid,
+                user_id="alice",
+                created_at=DAY0 + timedelta(days=day),
+            )
+        await catch_up(mem, user_id="alice", session_id=sid)
+    for sid in ("late", "early"):
+        done = await extract_pass(mem, RuleExtractor(), user_id="alice", session_id=sid, quiet=0)
+        assert done.status == "extracted"
+    assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
+    assert await active_objects(mem, "alice", "works_at") == ["Hooli"]
+
+
+# -- defect 7: found by the question it answers ----------------------------------------
+
+
+async def test_a_fact_is_found_by_the_question_its_predicate_answers(make_memory):
+    mem = await make_memory(index=True)
+    await mem.write(
+        [{"role": "user", "content": "I live in Lisbon."}], session_id="s1", user_id="alice"
+    )
+    await mem.write(
+        [{"role": "user", "content": "I moved to Porto."}], session_id="s1", user_id="alice"
+    )
+    await catch_up(mem, user_id="alice", session_id="s1")
+    await extract_pass(mem, RuleExtractor(), user_id="alice", session_id="s1", quiet=0)
+    [porto] = [
+        r for r in await every_record(mem, "alice") if isinstance(r, Fact) and r.status == "active"
+    ]
+    assert porto.text == "User moved to Porto." and porto.predicate == "lives_in"
+    hits = await mem.memories.search("alice", "where do I live")
+    assert [h.record.id for h in hits] == [porto.id]
+    await mem.memories.add("alice", works_at("Acme"))
+    for question, wanted in (
+        ("Where do I work?", "Acme"),
+        ("Who is my employer?", "Acme"),
+        ("What is my home address?", "Porto"),
+    ):
+        found = await mem.memories.search("alice", question)
+        assert found and found[0].record.object == wanted, question  # type: ignore[union-attr]
+    built = await mem.build_context(
+        session_id="s2", user_id="alice", request="Where do I live?", max_tokens=2000, memories=5
+    )
+    assert built.memories_included >= 1
+    assert "User moved to Porto." in built.messages[0].content
+    assert "Lisbon" not in built.messages[0].content
