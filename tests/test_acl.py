@@ -18,7 +18,8 @@ and queue ``redismem/queue`` the rule names:
 each succeeds, and the server's ACL log holds no refusal at all (not even of
 a command a library sends and ignores the failure of). So do a db other
 than 0 with ``replica_acks`` (``SELECT``, ``WAIT``), the client and adapters
-on a Redis Cluster with the README's cluster line (and not without it), and
+behind Sentinel and on a Redis Cluster with the README's cluster line (and
+not without it), and
 ``redismem demo`` with the README's demo line. Then, grant by grant, a user
 with one grant of the rule less fails a named operation: the rule is no
 wider than what runs needs. Outside it, keys and server-wide commands are
@@ -46,7 +47,7 @@ from helpers import redismem_command
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from llama_index.core.llms import ChatMessage
-from servers import LocalCluster, ServerProcess, start_valkey, valkey_missing
+from servers import LocalCluster, LocalSentinel, ServerProcess, start_valkey, valkey_missing
 from worker_support import WorkerProcess, eventually
 
 from redismem import Fact, Memory, RedisMemError
@@ -618,6 +619,36 @@ async def test_on_a_cluster_the_user_needs_cluster_slots_and_nothing_more(
     finally:
         cluster.delete_matching(f"{NAMESPACE}:*")
         for port in cluster.ports:
+            admin = redis.Redis(port=port)
+            try:
+                admin.execute_command("ACL", "DELUSER", USER)
+            finally:
+                admin.close()
+
+
+async def test_behind_sentinel_the_user_on_each_data_node_is_enough(
+    sentinel: LocalSentinel, redis_server_factory: Callable[..., RedisServer]
+) -> None:
+    """A master and its replica managed by Sentinel, each holding the user
+    (the sentinels keep their own, default, user): the client and the
+    adapters run."""
+    queue_url = set_user(redis_server_factory(), documented_rule())
+    sentinels = ",".join(f"{host}:{port}" for host, port in sentinel.sentinel_addresses)
+    url = f"redis+sentinel://{USER}:{PASSWORD}@{sentinels}/{sentinel.service_name}/0"
+    try:
+        for port in sentinel.data:
+            set_user(port, documented_rule())
+        mem = await Memory.connect(url, queue_url=queue_url, keep_recent=2, summarize_batch=2)
+        try:
+            await client_calls(mem)
+            await adapter_calls(mem)
+            await mem.clear_all()
+        finally:
+            await mem.aclose()
+        assert [line for port in sentinel.data for line in acl_log(port)] == []
+    finally:
+        sentinel.delete_matching(f"{NAMESPACE}:*")
+        for port in sentinel.data:
             admin = redis.Redis(port=port)
             try:
                 admin.execute_command("ACL", "DELUSER", USER)
