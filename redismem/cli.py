@@ -28,6 +28,7 @@ from .errors import (
     StoreError,
     StoreUnavailable,
 )
+from .guard import current_epoch
 from .models import Message
 from .queue import DEFAULT_QUEUE_NAME, QueueStats
 
@@ -146,7 +147,8 @@ async def _stats(args: argparse.Namespace) -> int:
             await pool.aclose()
         pending = 0
         async for key in memory.redis.scan_iter(match=memory.layout.pending_pattern(), count=1000):
-            pending += await memory.redis.zcard(key)
+            if memory.layout.parse_pending(key) is not None:
+                pending += await memory.redis.zcard(key)
     health = await worker_health(queue_url, queue_name)
     counters = snapshot["counters"]
     lags = snapshot["lag_ms"]
@@ -278,7 +280,8 @@ async def _inspect(args: argparse.Namespace) -> int:
             )
             return 1
         info = found[0]
-        keys = memory.layout.session(args.user, args.session)
+        epoch = await current_epoch(memory, args.user)
+        keys = memory.layout.session(args.user, args.session, epoch)
         ttl_ms = await memory.redis.pttl(keys.meta)
         pending = await memory.redis.zscore(keys.pending, args.session)
         summary = await memory.summary(session_id=args.session, user_id=args.user)

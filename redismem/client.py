@@ -9,6 +9,7 @@ O(N) whatever the session length.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from pydantic import ValidationError
 
-from . import codec, recall
+from . import codec, guard, recall
 from .checks import check_count as _check_count
 from .checks import check_message_list, check_optional_str, check_time_ms, new_write_id
 from .checks import check_tags as _check_tags
@@ -36,10 +37,18 @@ from .checks import check_write_id as _check_write_id
 from .config import MemoryConfig
 from .connection import describe_url, open_redis, scan_once
 from .counting import estimate_tokens, message_tokens
-from .errors import ClientClosed, CorruptData, InvalidInput, RedisMemError, StoreUnavailable
+from .errors import (
+    ClientClosed,
+    CorruptData,
+    EpochMoved,
+    InvalidInput,
+    RedisMemError,
+    StoreUnavailable,
+)
 from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
 from .fencing import summary_message
-from .keys import KeyLayout, SessionKeys, tag_index_prefix, validate_id
+from .guard import UserEpochs, in_epoch
+from .keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
 from .models import (
     INPUT_FIELDS,
     STORE_FIELDS,
@@ -55,7 +64,7 @@ from .models import (
     written_entry,
 )
 from .queue import SummarizeArgs, SummaryQueue
-from .scripts import SessionScripts
+from .scripts import SessionScripts, WriteResult
 from .strategies import MemoryStrategy
 from .toolgroups import drop_orphan_tool_results
 from .transport import open_link
@@ -72,6 +81,8 @@ __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 logger = logging.getLogger(__name__)
 #: Checked (session id, user id) pairs each client remembers with their keys.
 _RECENT_KEYS = 4096
+#: Seconds ``aclose`` waits for enqueues still running in the background.
+_ENQUEUE_GRACE = 5.0
 
 T = TypeVar("T")
 
@@ -113,6 +124,10 @@ class Memory:
             replica_timeout_ms=round(config.replica_timeout * 1000),
         )
         self._closed = False
+        #: Each user's epoch as this client last saw it (see ``redismem.guard``).
+        self.epochs = UserEpochs()
+        #: Enqueues running in the background (see ``_enqueue_later``).
+        self._enqueueing: set[asyncio.Task[None]] = set()
         self._recent_keys: dict[tuple[str, str], tuple[str, str, SessionKeys]] = {}
         self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
@@ -155,6 +170,13 @@ class Memory:
         if self._closed:
             return
         self._closed = True
+        if self._enqueueing:
+            # Let the background enqueues finish (bounded); the sweep picks up
+            # a session whose job did not make it.
+            _done, left = await asyncio.wait(set(self._enqueueing), timeout=_ENQUEUE_GRACE)
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
         if self._queue is not None:
             await self._queue.aclose()
         if self._link is not None:
@@ -260,20 +282,32 @@ class Memory:
     # -- helpers -----------------------------------------------------------
 
     def _keys(self, session_id: object, user_id: object) -> tuple[str, str, SessionKeys]:
-        """The checked ids and the session's keys; the ids of recent calls
-        are remembered (a hit means these exact ``str`` values passed)."""
+        """The checked ids and the session's keys in the user's epoch as last
+        seen; the ids of recent calls are remembered (a hit means these exact
+        ``str`` values passed)."""
         if type(session_id) is str and type(user_id) is str:
             known = self._recent_keys.get((session_id, user_id))
-            if known is not None:
+            if known is not None and known[2].epoch == self.epochs.get(user_id):
                 return known
         sid = validate_id(session_id, "session_id")
         uid = validate_id(user_id, "user_id")
-        found = (sid, uid, self.layout.session(uid, sid))
+        found = (sid, uid, self.layout.session(uid, sid, self.epochs.get(uid)))
         if type(session_id) is str and type(user_id) is str:
             if len(self._recent_keys) >= _RECENT_KEYS:
                 self._recent_keys.clear()
             self._recent_keys[sid, uid] = found
         return found
+
+    async def in_session(
+        self, user_id: str, session_id: str, op: Callable[[SessionKeys], Awaitable[T]]
+    ) -> T:
+        """``op(keys)`` on the session's keys in the user's current epoch
+        (checked ids): built again and run again when the user was cleared
+        since this client last looked (see ``redismem.guard``)."""
+        layout = self.layout
+        return await in_epoch(
+            self.epochs, user_id, lambda epoch: op(layout.session(user_id, session_id, epoch))
+        )
 
     def _refresh_ttl_arg(self) -> int:
         if not self._config.refresh_ttl_on_read:
@@ -448,25 +482,36 @@ class Memory:
             encoded.append(blob)
         total = sum(counts)
         self._check_open()
-        call = self._scripts.write(
-            keys,
-            session_id=sid,
-            write_id=wid,
-            ttl_ms=(self._config.ttl_ms or 0) if ttl_ms is None else ttl_ms,
-            max_messages=self._config.max_messages or 0,
-            entry_tail=codec.encode_entry_tail(len(encoded), total, agent_name, tag_map),
-            token_count=total,
-            summarize=summarize,
-            recall_ttl_ms=self._recall_ttl_arg,
-            tags=tag_map,
-            messages=encoded,
-            created_ms=created_ms,
-        )
+        tail = codec.encode_entry_tail(len(encoded), total, agent_name, tag_map)
+
+        def send(keys: SessionKeys) -> Awaitable[WriteResult]:
+            return self._scripts.write(
+                keys,
+                session_id=sid,
+                write_id=wid,
+                ttl_ms=(self._config.ttl_ms or 0) if ttl_ms is None else ttl_ms,
+                max_messages=self._config.max_messages or 0,
+                entry_tail=tail,
+                token_count=total,
+                summarize=summarize,
+                recall_ttl_ms=self._recall_ttl_arg,
+                tags=tag_map,
+                messages=encoded,
+                created_ms=created_ms,
+            )
+
+        call = send(keys)
         # Sent (see SessionScripts.write): build the result while Redis runs it.
         # The messages are this call's own copies (made by _normalize).
         entry = written_entry(sid, uid, to_store, counts, agent_name, tag_map)
         try:
-            result = await call
+            try:
+                result = await call
+            except EpochMoved as moved:
+                # The user was cleared since this client last looked: the
+                # write lands in the new epoch (after the clear).
+                self.epochs.set(uid, moved.current)
+                result = await self.in_session(uid, sid, send)
         except StoreUnavailable as exc:
             exc.write_id = wid
             exc.add_note(f"the write may still land: retry it with write_id={wid!r}")
@@ -475,7 +520,7 @@ class Memory:
         ids = [codec.message_id(first_seq + i) for i in range(len(to_store))]
         stamp_written(entry, ids, codec.ms_to_datetime(result.created_ms))
         if pending_since and enqueue:
-            await self._enqueue_summary(uid, sid, pending_since, summarize)
+            self._enqueue_later(uid, sid, pending_since, summarize)
         if not result.duplicate and self._config.on_write is not None:
             await self._call_hook("on_write", sid, uid, to_store)
         return WriteOutcome(entry, pending_since, result.pending)
@@ -491,24 +536,31 @@ class Memory:
             compact=self._config.compact,
         )
 
+    def _enqueue_later(self, uid: str, sid: str, episode: int, settings: str) -> None:
+        """Enqueue the session's job in the background: a write never waits
+        on the queue. Should it never reach the queue (the process ends, the
+        queue is away), the session stays marked pending and the workers'
+        reconcile sweep enqueues it."""
+        task = asyncio.get_running_loop().create_task(
+            self._enqueue_summary(uid, sid, episode, settings)
+        )
+        self._enqueueing.add(task)
+        task.add_done_callback(self._enqueueing.discard)
+
     async def _enqueue_summary(self, uid: str, sid: str, episode: int, settings: str) -> None:
         namespace = self.layout.namespace
         args = SummarizeArgs.decode_optional(namespace, settings)
-        if self._queue is None:
-            queue_url = self._config.queue_url or self._config.url
-            self._queue = SummaryQueue(
-                queue_url,
-                queue_name=self._config.queue_name,
-                delay=self._config.summarize_delay,
-                policy=self._policy.for_url(queue_url),
-            )
         try:
-            await self._queue.enqueue(uid, sid, episode, namespace, args)
+            await self.queue.enqueue(uid, sid, episode, namespace, args)
         except RedisMemError as exc:
             # The write has landed and the session is marked pending: the
             # workers' reconcile sweep will enqueue it. The write must not fail.
             logger.warning(
                 "could not enqueue summarization of %r (%s); the sweep will pick it up", sid, exc
+            )
+        except Exception:
+            logger.exception(
+                "enqueueing summarization of %r failed; the sweep will pick it up", sid
             )
 
     # -- reads -------------------------------------------------------------
@@ -540,24 +592,34 @@ class Memory:
         budget = _check_count("max_tokens", max_tokens)
         wanted = _check_tags(tags)
         if wanted:
-            messages = await self._read_tagged(sid, keys, wanted, limit_arg, budget)
+            messages = await self.in_session(
+                uid, sid, lambda k: self._read_tagged(sid, k, wanted, limit_arg, budget)
+            )
         else:
             self._check_open()
-            if budget < 0:
-                result = await self._scripts.read_tail(
-                    keys, session_id=sid, limit=limit_arg, refresh_ttl=refresh
-                )
-            else:
-                result = await self._scripts.read(
-                    keys,
-                    session_id=sid,
-                    limit=limit_arg,
-                    max_tokens=budget,
-                    refresh_ttl=refresh,
-                    with_summary=False,
-                )
-            created = codec.parse_covering(result.covering, keys.entries)
-            messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+
+            async def read(keys: SessionKeys) -> list[Message]:
+                if budget < 0:
+                    result = await self._scripts.read_tail(
+                        keys, session_id=sid, limit=limit_arg, refresh_ttl=refresh
+                    )
+                else:
+                    result = await self._scripts.read(
+                        keys,
+                        session_id=sid,
+                        limit=limit_arg,
+                        max_tokens=budget,
+                        refresh_ttl=refresh,
+                        with_summary=False,
+                    )
+                created = codec.parse_covering(result.covering, keys.entries)
+                return self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+
+            try:
+                messages = await read(keys)
+            except EpochMoved as moved:
+                self.epochs.set(uid, moved.current)
+                messages = await self.in_session(uid, sid, read)
         if not keep_orphans:
             messages = drop_orphan_tool_results(messages)
         await self._call_hook("on_read", sid, uid, messages)
@@ -571,24 +633,28 @@ class Memory:
     async def _read_context(
         self, session_id: str, user_id: str, budget: int
     ) -> tuple[Summary | None, list[Message]]:
-        sid, _uid, keys = self._keys(session_id, user_id)
+        sid, uid, _keys = self._keys(session_id, user_id)
         self._check_open()
-        result = await self._scripts.read(
-            keys,
-            session_id=sid,
-            limit=0 if budget == 0 else -1,
-            max_tokens=budget if budget > 0 else -1,
-            refresh_ttl=self._refresh_ttl_arg(),
-            with_summary=True,
-        )
-        summary = (
-            Summary.model_validate(codec.decode_summary(result.summary, keys.summary))
-            if result.summary
-            else None
-        )
-        created = codec.parse_covering(result.covering, keys.entries)
-        messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
-        return summary, messages
+
+        async def read(keys: SessionKeys) -> tuple[Summary | None, list[Message]]:
+            result = await self._scripts.read(
+                keys,
+                session_id=sid,
+                limit=0 if budget == 0 else -1,
+                max_tokens=budget if budget > 0 else -1,
+                refresh_ttl=self._refresh_ttl_arg(),
+                with_summary=True,
+            )
+            summary = (
+                Summary.model_validate(codec.decode_summary(result.summary, keys.summary))
+                if result.summary
+                else None
+            )
+            created = codec.parse_covering(result.covering, keys.entries)
+            messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+            return summary, messages
+
+        return await self.in_session(uid, sid, read)
 
     async def context(
         self,
@@ -679,9 +745,11 @@ class Memory:
     ) -> list[MemoryEntry]:
         """The session's entries (one per write), oldest first, with the
         messages of each that are still stored."""
-        sid, uid, keys = self._keys(session_id, user_id)
+        sid, uid, _keys = self._keys(session_id, user_id)
         wanted = _check_tags(tags)
-        decoded, messages, head, accessed_ms = await self._snapshot(sid, keys, with_messages=True)
+        decoded, messages, head, accessed_ms = await self.in_session(
+            uid, sid, lambda keys: self._snapshot(sid, keys, with_messages=True)
+        )
         accessed = codec.ms_to_datetime(accessed_ms) if accessed_ms else None
         out = []
         for entry in decoded:
@@ -716,37 +784,48 @@ class Memory:
         layout = self.layout
         prefixes = [tag_index_prefix(k, v) for k, v in wanted.items()]
         self._check_open()
-        candidates = await self._scripts.sessions(
-            layout.sessions(uid), layout.tagidx(uid), prefixes
-        )
+        epoch = 0
 
-        async def details(redis: Any) -> list[Any]:
-            pipe = redis.pipeline(transaction=False)
+        async def listed(at: int) -> list[tuple[str, float]]:
+            nonlocal epoch
+            epoch = at
+            return await self._scripts.sessions(layout.user(uid, at), prefixes)
+
+        candidates = await in_epoch(self.epochs, uid, listed)
+
+        def details(at: int) -> list[tuple[Any, ...]]:
+            commands: list[tuple[Any, ...]] = []
             for sid, _ in candidates:
-                keys = layout.session(uid, sid)
-                pipe.hmget(keys.meta, "created", "accessed", "tokens")
-                pipe.llen(keys.msgs)
-                pipe.hgetall(keys.tags)
+                keys = layout.session(uid, sid, at)
+                commands.append(("HMGET", keys.meta, "created", "accessed", "tokens"))
+                commands.append(("LLEN", keys.msgs))
+                commands.append(("HGETALL", keys.tags))
                 if wanted:
-                    pipe.lrange(keys.entries, 0, -1)
-            results: list[Any] = await pipe.execute()
-            return results
+                    commands.append(("LRANGE", keys.entries, 0, -1))
+            return commands
 
-        results = await self.call(details) if candidates else []
+        results = await guard.read_in_epoch(self, uid, details) if candidates else []
+        if self.epochs.get(uid) != epoch:
+            return []  # the user was cleared between the listing and the details
         step = 4 if wanted else 3
         out = []
         for i, (sid, deadline) in enumerate(candidates):
             (created, accessed, tokens), length, raw_tags = results[i * step : i * step + 3]
             if created is None:
                 continue
-            keys = layout.session(uid, sid)
+            keys = layout.session(uid, sid, epoch)
             try:
                 created_ms, accessed_ms, token_count = (
                     int(created),
                     int(accessed or created),
                     int(tokens or 0),
                 )
-                tag_map = {k.decode(): v.decode() for k, v in raw_tags.items()}
+                pairs = (
+                    raw_tags.items()
+                    if isinstance(raw_tags, dict)
+                    else zip(raw_tags[::2], raw_tags[1::2], strict=True)
+                )
+                tag_map = {k.decode(): v.decode() for k, v in pairs}
             except (ValueError, TypeError, UnicodeDecodeError) as exc:
                 raise CorruptData(keys.meta, f"session meta: {exc}") from exc
             if wanted:
@@ -894,12 +973,19 @@ class Memory:
 
     async def clear(self, *, session_id: str, user_id: str = "default") -> int:
         """Delete one session, atomically, then its indexed copies in the
-        recall index. Returns the number of session keys removed."""
-        sid, uid, keys = self._keys(session_id, user_id)
+        recall index (never those of a session written again since).
+        Returns the number of session keys removed."""
+        sid, uid, _keys = self._keys(session_id, user_id)
         self._check_open()
-        removed = await self._scripts.clear(keys, session_id=sid)
-        await recall.forget_session(self, uid, sid)
-        return removed
+
+        async def clear(keys: SessionKeys) -> int:
+            recall_keys = self.layout.recall(uid, keys.epoch)
+            grave = grave_suffix(sid, new_write_id())
+            removed = await self._scripts.clear(keys, recall_keys, session_id=sid, grave=grave)
+            await recall.forget_graves(self, recall_keys)
+            return removed
+
+        return await self.in_session(uid, sid, clear)
 
     async def _scan(self, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
         """Batches of the keys matching ``pattern`` (SCAN, never KEYS); with
@@ -913,74 +999,60 @@ class Memory:
             if cursor == "0":
                 return
 
-    async def _session_ids_in_index(self, user_id: str, kind: str, key: str) -> set[str]:
-        members: list[bytes] = await self.call(lambda redis: redis.zrange(key, 0, -1))
-        if kind != "tagidx":
-            return {m.decode("utf-8") for m in members}
-        return {sid for m in members if (sid := _tag_member_session(m)) is not None}
-
-    async def _clear_keys(self, pattern: str, key: str | None = None) -> int:
-        """Delete what SCAN finds under ``pattern``, a session at a time with
-        the atomic clear script, so a writer racing the deletion finds each
-        session either gone or whole, never half deleted. The user indexes go
-        with their last session; keys of no session are unlinked."""
-        removed = 0
-        for batch in [b async for b in self._scan(pattern, key)]:
-            sessions: set[tuple[str, str]] = set()
-            loose: list[bytes] = []
-            for raw_key in batch:
-                try:
-                    parsed = self.layout.parse_key(raw_key.decode("utf-8"))
-                except (InvalidInput, UnicodeDecodeError):
-                    loose.append(raw_key)
-                    continue
-                if parsed.session_id is not None:
-                    sessions.add((parsed.user_id, parsed.session_id))
-                elif parsed.kind in ("sessions", "pending", "tagidx"):
-                    ids = await self._session_ids_in_index(
-                        parsed.user_id, parsed.kind, raw_key.decode()
-                    )
-                    sessions.update((parsed.user_id, sid) for sid in ids)
-                else:
-                    loose.append(raw_key)
-            for uid, sid in sorted(sessions):
-                removed += await self._scripts.clear(self.layout.session(uid, sid), session_id=sid)
-                await recall.forget_session(self, uid, sid)
-            if loose:
-                removed += await self.call(functools.partial(_unlink, keys=loose))
-        return removed
-
     async def clear_user(self, user_id: str) -> int:
-        """Delete every key of one user (all sessions, indexes, and keys later
-        features add), found with SCAN. Returns the number of keys removed.
+        """Delete everything of one user: sessions, summaries, the recall
+        index, long-term memories and store items, and the user's jobs still
+        waiting on the queue. Returns the number of keys removed.
 
-        Safe to race with writers: each session is deleted atomically, so a
-        concurrent write either lands before (and is deleted) or after (and
-        starts a new session); no session is left half deleted."""
+        Final, whatever runs meanwhile: from the first step on, no write
+        built before the clear can land (a worker's late commit changes
+        nothing) and nothing of before can be read; writes racing the clear
+        land either before it (and are deleted) or after it (and are kept,
+        and indexed). See ``redismem.guard``."""
         uid = validate_id(user_id, "user_id")
         self._check_open()
-        return await self._clear_keys(self.layout.user_pattern(uid), self.layout.sessions(uid))
+        return await guard.clear_user(self, uid)
 
     async def clear_all(self) -> int:
         """Delete every key of this namespace, and nothing outside it (the
-        work queue's keys lie outside every namespace)."""
+        work queue's keys lie outside every namespace): every user as
+        ``clear_user`` does, then what belongs to no user (LangGraph
+        threads)."""
         self._check_open()
-        return await self._clear_keys(self.layout.namespace_pattern())
+        removed = 0
+        users: set[str] = set()
+        loose: list[bytes] = []
+        async for batch in self._scan(self.layout.namespace_pattern(), None):
+            for raw_key in batch:
+                try:
+                    users.add(self.layout.parse_key(raw_key.decode("utf-8")).user_id)
+                except (InvalidInput, UnicodeDecodeError):
+                    loose.append(raw_key)
+        for uid in sorted(users):
+            removed += await guard.clear_user(self, uid)
+        for start in range(0, len(loose), 1000):
+            removed += await self.call(functools.partial(_unlink, keys=loose[start : start + 1000]))
+        return removed
+
+    async def forget_queued(self, user_id: str) -> None:
+        """Remove the user's jobs still waiting on the queue and its failure
+        records (``clear_user``): no queue-side key keeps the user's id."""
+        await self.queue.forget_user(self.layout, user_id)
+
+    @property
+    def queue(self) -> SummaryQueue:
+        """The work queue this client enqueues jobs on (made on first use)."""
+        if self._queue is None:
+            queue_url = self._config.queue_url or self._config.url
+            self._queue = SummaryQueue(
+                queue_url,
+                queue_name=self._config.queue_name,
+                delay=self._config.summarize_delay,
+                policy=self._policy.for_url(queue_url),
+            )
+        return self._queue
 
 
 async def _unlink(redis: Any, *, keys: list[bytes]) -> int:
     removed: int = await redis.unlink(*keys)
     return removed
-
-
-def _tag_member_session(member: bytes) -> str | None:
-    """The session id of a reverse tag index member ``r<lp(sid)><pair>``."""
-    if not member.startswith(b"r"):
-        return None
-    size, colon, rest = member[1:].partition(b":")
-    if not colon or not size.isdigit():
-        return None
-    try:
-        return rest[: int(size)].decode("utf-8")
-    except UnicodeDecodeError:
-        return None

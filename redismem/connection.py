@@ -33,6 +33,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from .errors import (
     CorruptData,
+    EpochMoved,
     InvalidInput,
     MissingDependency,
     RedisMemError,
@@ -61,6 +62,8 @@ _embedded_logged: set[str] = set()
 
 #: Error code the scripts raise when a session's keys disagree (see _common.lua).
 CORRUPT_CODE = "REDISMEM_CORRUPT"
+#: Error code of a user-scoped script whose keys are of another epoch (_guard.lua).
+EPOCH_CODE = "REDISMEM_EPOCH"
 #: Replies meaning "not now" during a restart or failover: retried.
 _TRANSIENT_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 #: Cluster errors meaning "not now" (slots moving, a failover): retried.
@@ -246,6 +249,8 @@ def map_error(exc: BaseException, url: str) -> RedisMemError | None:
     ):
         hint = "check the user and password in the URL"
         return StoreError(f"{where} refused the credentials ({hint}): {exc}")
+    if isinstance(exc, rexc.ResponseError) and code == EPOCH_CODE:
+        return EpochMoved(int(_reply_text(exc).split(" ", 2)[1]))
     if isinstance(exc, rexc.ResponseError) and code == CORRUPT_CODE:
         _, key, reason = [*_reply_text(exc).split(" ", 2), "", ""][:3]
         return CorruptData(

@@ -34,8 +34,8 @@ import msgpack
 from pydantic import TypeAdapter, ValidationError
 
 from . import codec
-from .errors import CorruptData, ExtractorError
-from .keys import validate_id
+from .errors import CorruptData, EpochMoved, ExtractorError
+from .keys import SessionKeys, validate_id
 from .memories import Memories
 from .memory_models import MemoryRecord, Provenance
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .client import Memory
     from .consolidators import Consolidator
     from .extractors import Extractor
+    from .scripts import ExtractRead
 
 __all__ = ["EXTRACT_BATCH", "ExtractOutcome", "extract_pass"]
 
@@ -82,8 +83,33 @@ async def extract_pass(
     ``consolidator`` decides about near duplicates of what was found."""
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
-    keys = memory.layout.session(uid, sid)
-    read = await memory.scripts.extract_read(keys, cap=cap)
+
+    async def read_at(keys: SessionKeys) -> tuple[SessionKeys, ExtractRead]:
+        return keys, await memory.scripts.extract_read(keys, cap=cap)
+
+    # The pass reads the user's current epoch and writes to that epoch only:
+    # the user cleared meanwhile, it is "gone".
+    keys, read = await memory.in_session(uid, sid, read_at)
+    try:
+        return await _extract(
+            memory, extractor, keys, read, uid, sid, quiet, cap, extractor_timeout, consolidator
+        )
+    except EpochMoved:
+        return ExtractOutcome("gone")
+
+
+async def _extract(
+    memory: Memory,
+    extractor: Extractor,
+    keys: SessionKeys,
+    read: ExtractRead,
+    uid: str,
+    sid: str,
+    quiet: float,
+    cap: int,
+    extractor_timeout: float,
+    consolidator: Consolidator | None,
+) -> ExtractOutcome:
     if not read.seq:
         return ExtractOutcome("gone")
     memories = Memories(memory, consolidator=consolidator)

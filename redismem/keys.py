@@ -12,21 +12,43 @@ has no ``:``, braces or SCAN glob characters (``* ? [ ] \\``), so an id can
 neither reach another user's keys nor widen a ``SCAN MATCH`` pattern, and the
 escaping is reversible (``parse_key``).
 
-Layout (``U`` = escaped user id, ``S`` = escaped session id)::
+Every key of a user lies in one *epoch* of that user (``redismem.guard``):
+``ns:{u:U}:`` + the kinds below for epoch 0 (a user never cleared),
+``ns:{u:U}:@<epoch>:`` + the same kinds after a ``clear_user`` (the epoch is
+the server's time in ms of the clear). Outside every epoch lies one key::
 
-    ns:{u:U}:sessions          ZSET  session id -> expiry deadline (ms; +inf = none)
-    ns:{u:U}:tagidx            ZSET  lexicographic tag index over the user's sessions
-    ns:{u:U}:pending           ZSET  session id -> time it became due for summarization
-    ns:{u:U}:s:S:msgs          LIST  stored messages, oldest first
-    ns:{u:U}:s:S:meta          HASH  seq, created, accessed, tokens, trimmed,
-                                     wm (summary watermark), summarized
-    ns:{u:U}:s:S:entries       LIST  one record per write, oldest first
-    ns:{u:U}:s:S:tags          HASH  union of the tags of the session's writes
-    ns:{u:U}:s:S:summary       STRING the running summary (msgpack)
-    ns:{u:U}:s:S:writes        HASH  write id -> "first_seq,created_ms,n" of the
+    ns:{u:U}:guard             HASH  e (the user's epoch; absent = 0), at (ms of
+                               the last clear). Made by clear_user, which drops
+                               it again when the new epoch holds nothing; kept
+                               at least a day, and as long as every key of its
+                               epoch (each deadline given to one covers it)
+
+How each key family of a user is guarded: every script that reads or writes
+it is user-scoped (``scripts.is_user_scoped``: all but the guard's own and
+the LangGraph checkpointer's) and checks the guard first, so nothing reaches
+the keys of a cleared epoch; the plain reads run in one MULTI with the guard;
+``clear_user`` deletes every key of the earlier epochs, whatever its kind,
+by its prefix. A new family gets all three by building its keys here, for an
+epoch, and adding its root key to ``KeyLayout.epoch_roots``. The keys of one
+user (``U``), in one epoch (prefix ``E`` = ``ns:{u:U}:`` or
+``ns:{u:U}:@<epoch>:``; ``S`` = escaped session id)::
+
+    E sessions                 ZSET  session id -> expiry deadline (ms; +inf = none)
+    E tagidx                   ZSET  lexicographic tag index over the user's sessions
+    E pending                  ZSET  session id -> time it became due for summarization
+    E s:S:msgs                 LIST  stored messages, oldest first
+    E s:S:meta                 HASH  seq, created, accessed, tokens, trimmed,
+                                     wm (summary watermark), summarized, gen
+                                     (the incarnation: the first write's id)
+    E s:S:entries              LIST  one record per write, oldest first
+    E s:S:tags                 HASH  union of the tags of the session's writes
+    E s:S:summary              STRING the running summary (msgpack)
+    E s:S:writes               HASH  write id -> "first_seq,created_ms,n" of the
                                      latest writes (idempotent re-sends)
     redismem/q:ns:...          work-queue side: stats, failures, lag samples,
-                               sweep cursor (not per user)
+                               sweep cursor (not per user; ``clear_user``
+                               removes the user's failure records and waiting
+                               jobs, whose ids name users by digest only)
 
 Meta also holds the recall index watermark ``iwm`` (last indexed seq), the
 last indexed doc of the session ``ilast`` and the recall ttl ``rttl`` of the
@@ -35,18 +57,21 @@ extraction watermark ``xwm`` (last extracted seq) and the outbox ``xbox`` of
 memories found but not yet added (``redismem.extract``). The recall index of
 a user (``D`` = a doc id, one per indexed message; ``E`` = an escaped id)::
 
-    ns:{u:U}:r:docs            HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
-    ns:{u:U}:r:links           HASH  D -> "prev|speaker name terms" (prev: the doc
+    E r:docs                   HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
+    E r:links                  HASH  D -> "prev|speaker name terms" (prev: the doc
                                      before D in its session)
-    ns:{u:U}:r:dkeys           HASH  D -> the suffixes of the posting and filter keys
+    E r:dkeys                  HASH  D -> the suffixes of the posting and filter keys
                                      that hold D, space separated (to forget it)
-    ns:{u:U}:r:stats           HASH  n (docs), next (last doc id given)
-    ns:{u:U}:r:time            ZSET  D -> created ms
-    ns:{u:U}:r:exp             ZSET  D -> deadline ms (docs with a recall ttl)
-    ns:{u:U}:r:t:<term>        ZSET  D -> weight of the term in D (postings)
-    ns:{u:U}:r:f:s:E           ZSET  D -> created ms, docs of session E
-    ns:{u:U}:r:f:a:E           ZSET  the same, docs written by agent E
-    ns:{u:U}:r:f:g:E=E         ZSET  the same, docs of entries tagged key=value
+    E r:stats                  HASH  n (docs), next (last doc id given)
+    E r:time                   ZSET  D -> created ms
+    E r:exp                    ZSET  D -> deadline ms (docs with a recall ttl)
+    E r:t:<term>               ZSET  D -> weight of the term in D (postings)
+    E r:f:s:X                  ZSET  D -> created ms, docs of session X
+    E r:f:a:X                  ZSET  the same, docs written by agent X
+    E r:f:g:X=Y                ZSET  the same, docs of entries tagged key=value
+    E r:f:x:X:T                ZSET  a grave: the docs of session X when it was
+                                     cleared (T: unique per clear), until forgotten
+    E r:graves                 SET   the graves not yet forgotten
 
 The long-term store (``redismem.store``) keeps a namespace ``(T, L2, ...)``
 under the user tag of its first label, the tenant ``T``. An item is named by
@@ -54,19 +79,23 @@ its ref ``R = e(T)/e(L2)/.../#e(key)`` (``e`` = ``escape_id``; ``/`` and ``#``
 never occur in escaped text, so two namespaces or keys never share a ref),
 a namespace by its ref ``e(T)/e(L2)/.../``; ``E`` is an escaped index term::
 
-    ns:{u:T}:kv:item:R         STRING the item's current version (record, below)
-    ns:{u:T}:kv:hist:R         LIST  its earlier versions and delete tombstones,
+    E kv:item:R                STRING the item's current version (record, below)
+    E kv:hist:R                LIST  its earlier versions and delete tombstones,
                                      oldest first (same TTL as the item)
-    ns:{u:T}:kv:refs           ZSET  (lexicographic) every R with an item or history
-    ns:{u:T}:kv:updated        ZSET  live R -> updated ms
-    ns:{u:T}:kv:expiry         ZSET  R -> deadline ms of its keys (put with a ttl)
-    ns:{u:T}:kv:namespaces     HASH  namespace ref -> number of live items
-    ns:{u:T}:kv:term:E         ZSET  R -> frequency of E in the item's indexed text
-    ns:{u:T}:kv:doclen         HASH  R -> number of indexed terms (BM25 length)
-    ns:{u:T}:kv:docterms       HASH  R -> its distinct escaped terms, space separated
-    ns:{u:T}:kv:stats          HASH  docs, len (BM25 totals), clock (last ms used)
-    ns:{u:T}:kv:ops            HASH  write id -> result (re-sent writes apply once)
-    ns:{u:T}:kv:optimes        ZSET  write id -> ms applied (pruning of ``ops``)
+    E kv:refs                  ZSET  (lexicographic) every R with an item or history
+    E kv:updated               ZSET  live R -> updated ms
+    E kv:expiry                ZSET  R -> deadline ms of its keys (put with a ttl)
+    E kv:namespaces            HASH  namespace ref -> number of live items
+    E kv:term:X                ZSET  R -> frequency of X in the item's indexed text
+    E kv:doclen                HASH  R -> number of indexed terms (BM25 length)
+    E kv:docterms              HASH  R -> its distinct escaped terms, space separated
+    E kv:stats                 HASH  docs, len (BM25 totals), clock (last ms used)
+    E kv:ops                   HASH  write id -> result (re-sent writes apply once)
+    E kv:optimes               ZSET  write id -> ms applied (pruning of ``ops``)
+
+(Here ``E`` is the epoch prefix of the tenant ``T``, the user the items
+belong to: long-term memories of user ``U`` are the store items of tenant
+``U``, and go with it.)
 
 A record is ``b"<version>,<created_ms>,<updated_ms>,<p|d>," + msgpack`` (``p``
 a put, ``d`` a delete tombstone); the text prefix is written by the scripts,
@@ -108,6 +137,7 @@ __all__ = [
     "ParsedKey",
     "SessionKeys",
     "StoreKeys",
+    "UserKeys",
     "escape_id",
     "parse_store_namespace_ref",
     "parse_store_ref",
@@ -130,6 +160,9 @@ SESSION_KEY_KINDS = ("msgs", "meta", "entries", "tags", "summary", "writes")
 RESERVED_NAMESPACES = frozenset({"arq"})
 #: Prefix of the work-queue side's keys; no namespace can contain it.
 QUEUE_KEY_PREFIX = "redismem/q"
+#: Marks the epoch in a user key (``ns:{u:U}:@<epoch>:...``); never the
+#: first character of a key kind, nor in escaped text.
+EPOCH_MARK = "@"
 
 
 def validate_id(value: object, what: str) -> str:
@@ -205,6 +238,10 @@ class SessionKeys:
     sessions: str
     tagidx: str
     pending: str
+    #: The user's guard and the epoch these keys were built for: every
+    #: script on them checks the guard still holds this epoch.
+    guard: str = ""
+    epoch: int = 0
 
     def script_keys(self) -> list[str]:
         """KEYS[1..9] of the session scripts (see ``scripts/_common.lua``)."""
@@ -212,6 +249,17 @@ class SessionKeys:
 
     def all_session_keys(self) -> tuple[str, ...]:
         return (self.msgs, self.meta, self.entries, self.tags, self.summary, self.writes)
+
+
+@dataclass(frozen=True, slots=True)
+class UserKeys:
+    """The user-wide session indexes of one epoch of a user."""
+
+    sessions: str
+    tagidx: str
+    pending: str
+    guard: str
+    epoch: int
 
 
 RECALL_KEY_KINDS = ("docs", "links", "dkeys", "stats", "time", "exp")
@@ -230,6 +278,10 @@ class RecallKeys:
     stats: str
     time: str
     exp: str
+    guard: str = ""
+    epoch: int = 0
+    #: SET of the graves (lists of docs of cleared sessions) not yet forgotten.
+    graves: str = ""
 
     def script_keys(self) -> list[str]:
         return [self.docs, self.links, self.dkeys, self.stats, self.time, self.exp]
@@ -242,6 +294,12 @@ def term_suffix(term: str) -> str:
 
 def session_filter_suffix(session_id: str) -> str:
     return f"f:s:{escape_id(session_id)}"
+
+
+def grave_suffix(session_id: str, token: str) -> str:
+    """Where clear.lua sets aside the docs of a cleared session (``token``:
+    unique per clear)."""
+    return f"f:x:{escape_id(session_id)}:{escape_id(token)}"
 
 
 def agent_filter_suffix(agent_name: str) -> str:
@@ -258,6 +316,9 @@ class ParsedKey:
     user_id: str
     session_id: str | None
     kind: str
+    #: The user epoch the key belongs to (0: before the user's first clear,
+    #: or the guard itself).
+    epoch: int = 0
 
 
 # -- the long-term store (redismem.store) ------------------------------------
@@ -322,6 +383,8 @@ class StoreKeys:
     item_prefix: str
     history_prefix: str
     term_prefix: str
+    guard: str = ""
+    epoch: int = 0
 
     def tenant_keys(self) -> list[str]:
         """KEYS[1..9] of every store script."""
@@ -357,38 +420,81 @@ class KeyLayout:
         if self.namespace in RESERVED_NAMESPACES:
             raise InvalidInput(f"namespace {self.namespace!r} is reserved for the work queue")
 
-    def user_prefix(self, user_id: str) -> str:
+    def user_tag_prefix(self, user_id: str) -> str:
+        """``ns:{u:U}:``: every key of the user starts with it (any epoch)."""
         return f"{self.namespace}:{{u:{escape_id(user_id)}}}:"
 
+    def user_prefix(self, user_id: str, epoch: int = 0) -> str:
+        """Where the user's keys of one epoch start (see ``guard``)."""
+        base = f"{self.namespace}:{{u:{escape_id(user_id)}}}:"
+        return base if not epoch else f"{base}{EPOCH_MARK}{epoch}:"
+
+    def guard(self, user_id: str) -> str:
+        """The user guard (HASH ``e``: the epoch, ``at``: ms of the last
+        clear; absent = epoch 0). Every user-scoped script checks it: see
+        ``redismem.guard``."""
+        return self.user_tag_prefix(user_id) + "guard"
+
     def user_pattern(self, user_id: str) -> str:
-        """SCAN pattern matching every key of one user and nothing else."""
-        return self.user_prefix(user_id) + "*"
+        """SCAN pattern matching every key of one user (every epoch, and the
+        guard) and nothing else."""
+        return self.user_tag_prefix(user_id) + "*"
 
     def namespace_pattern(self) -> str:
         """SCAN pattern matching every key of the namespace and nothing else."""
         return f"{self.namespace}:*"
 
-    def sessions(self, user_id: str) -> str:
-        return self.user_prefix(user_id) + "sessions"
+    def epoch_roots(self, user_id: str, epoch: int) -> list[str]:
+        """One key per key family of the user that exists whenever any key of
+        that family does in ``epoch`` (each family's scripts create it first
+        and drop it last): a new family must add its root here, or a clear
+        could drop the guard of an epoch still holding its keys."""
+        prefix = self.user_prefix(user_id, epoch)
+        return [prefix + "sessions", prefix + "r:stats", prefix + "r:docs", prefix + "kv:refs"]
 
-    def tagidx(self, user_id: str) -> str:
-        return self.user_prefix(user_id) + "tagidx"
+    def user(self, user_id: str, epoch: int = 0) -> UserKeys:
+        return UserKeys(
+            self.sessions(user_id, epoch),
+            self.tagidx(user_id, epoch),
+            self.pending(user_id, epoch),
+            self.guard(user_id),
+            epoch,
+        )
 
-    def pending(self, user_id: str) -> str:
-        return self.user_prefix(user_id) + "pending"
+    def sessions(self, user_id: str, epoch: int = 0) -> str:
+        return self.user_prefix(user_id, epoch) + "sessions"
+
+    def tagidx(self, user_id: str, epoch: int = 0) -> str:
+        return self.user_prefix(user_id, epoch) + "tagidx"
+
+    def pending(self, user_id: str, epoch: int = 0) -> str:
+        return self.user_prefix(user_id, epoch) + "pending"
 
     def pending_pattern(self) -> str:
-        """SCAN pattern matching the pending index of every user."""
-        return f"{self.namespace}:{{u:*}}:pending"
+        """SCAN pattern matching the pending index of every user and epoch
+        (and a few other keys: check matches with ``parse_key``, kind
+        ``pending``)."""
+        return f"{self.namespace}:{{u:*:pending"
 
-    def session_key(self, user_id: str, session_id: str, kind: str) -> str:
-        return f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:{kind}"
+    def parse_pending(self, key: str | bytes) -> ParsedKey | None:
+        """The parsed key when ``key`` (a match of ``pending_pattern``) is a
+        pending index, else None."""
+        try:
+            text = key.decode("utf-8") if isinstance(key, bytes) else key
+            parsed = self.parse_key(text)
+        except (InvalidInput, UnicodeDecodeError):
+            return None
+        return parsed if parsed.session_id is None and parsed.kind == "pending" else None
 
-    def session(self, user_id: str, session_id: str) -> SessionKeys:
-        return _session_keys(self, user_id, session_id)
+    def session_key(self, user_id: str, session_id: str, kind: str, epoch: int = 0) -> str:
+        return f"{self.user_prefix(user_id, epoch)}s:{escape_id(session_id)}:{kind}"
 
-    def _build_session(self, user_id: str, session_id: str) -> SessionKeys:
-        base = f"{self.user_prefix(user_id)}s:{escape_id(session_id)}:"
+    def session(self, user_id: str, session_id: str, epoch: int = 0) -> SessionKeys:
+        return _session_keys(self, user_id, session_id, epoch)
+
+    def _build_session(self, user_id: str, session_id: str, epoch: int) -> SessionKeys:
+        prefix = self.user_prefix(user_id, epoch)
+        base = f"{prefix}s:{escape_id(session_id)}:"
         return SessionKeys(
             msgs=base + "msgs",
             meta=base + "meta",
@@ -396,14 +502,23 @@ class KeyLayout:
             tags=base + "tags",
             summary=base + "summary",
             writes=base + "writes",
-            sessions=self.sessions(user_id),
-            tagidx=self.tagidx(user_id),
-            pending=self.pending(user_id),
+            sessions=prefix + "sessions",
+            tagidx=prefix + "tagidx",
+            pending=prefix + "pending",
+            guard=self.guard(user_id),
+            epoch=epoch,
         )
 
-    def recall(self, user_id: str) -> RecallKeys:
-        prefix = self.user_prefix(user_id) + "r:"
-        return RecallKeys(prefix, *(prefix + kind for kind in RECALL_KEY_KINDS))
+    def recall(self, user_id: str, epoch: int = 0) -> RecallKeys:
+        prefix = self.user_prefix(user_id, epoch) + "r:"
+        kinds = {kind: prefix + kind for kind in RECALL_KEY_KINDS}
+        return RecallKeys(
+            prefix,
+            **kinds,
+            guard=self.guard(user_id),
+            epoch=epoch,
+            graves=prefix + "graves",
+        )
 
     def queue_key(self, name: str) -> str:
         """A key of the work-queue side (stats, failure log, sweep cursor),
@@ -423,26 +538,34 @@ class KeyLayout:
         if not sep:
             raise InvalidInput(f"{key!r} has no user hash tag")
         user_id = unescape_id(user_esc)
+        epoch = 0
+        if rest.startswith(EPOCH_MARK):
+            digits, sep, rest = rest[1:].partition(":")
+            if not sep or not digits.isdigit() or digits.startswith("0"):
+                raise InvalidInput(f"{key!r} has a malformed epoch")
+            epoch = int(digits)
         if rest.startswith("s:"):
             session_esc, _, kind = rest[2:].partition(":")
-            return ParsedKey(user_id, unescape_id(session_esc), kind)
-        return ParsedKey(user_id, None, rest)
+            return ParsedKey(user_id, unescape_id(session_esc), kind, epoch)
+        return ParsedKey(user_id, None, rest, epoch)
 
     # -- the long-term store (redismem.store) --------------------------------
 
-    def store_prefix(self, tenant: str) -> str:
+    def store_prefix(self, tenant: str, epoch: int = 0) -> str:
         """Every store key of a tenant starts with this (inside ``user_prefix``)."""
-        return self.user_prefix(tenant) + "kv:"
+        return self.user_prefix(tenant, epoch) + "kv:"
 
-    def store(self, tenant: str) -> StoreKeys:
+    def store(self, tenant: str, epoch: int = 0) -> StoreKeys:
         """The store keys of one tenant (the first label of its namespaces)."""
-        base = self.store_prefix(tenant)
+        base = self.store_prefix(tenant, epoch)
         kinds = {kind: base + kind for kind in STORE_KEY_KINDS}
         return StoreKeys(
             **kinds,
             item_prefix=base + "item:",
             history_prefix=base + "hist:",
             term_prefix=base + "term:",
+            guard=self.guard(tenant),
+            epoch=epoch,
         )
 
     # -- the LangGraph checkpointer (redismem.adapters.langgraph) -----------
@@ -472,10 +595,10 @@ class KeyLayout:
 
     def store_pattern(self, kind: str) -> str:
         """SCAN pattern matching one per-tenant store key (a ``STORE_KEY_KINDS``
-        kind) of every tenant; check matches with ``parse_key``."""
+        kind) of every tenant and epoch; check matches with ``parse_key``."""
         if kind not in STORE_KEY_KINDS:
             raise InvalidInput(f"unknown store key kind {kind!r}")
-        return f"{self.namespace}:{{u:*}}:kv:{kind}"
+        return f"{self.namespace}:{{u:*:kv:{kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +622,6 @@ _GRAPH_THREAD_KINDS = ("ck", "ix", "ids", "bl", "wr", "wi", "runs")
 
 
 @lru_cache(maxsize=16384)
-def _session_keys(layout: KeyLayout, user_id: str, session_id: str) -> SessionKeys:
+def _session_keys(layout: KeyLayout, user_id: str, session_id: str, epoch: int) -> SessionKeys:
     # Cached: every call of the client builds the keys of its session.
-    return layout._build_session(user_id, session_id)
+    return layout._build_session(user_id, session_id, epoch)

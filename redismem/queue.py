@@ -20,6 +20,8 @@ it under one more id per grace period (``EPISODE~N``).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,7 +31,8 @@ import msgpack
 
 from .connection import CallPolicy, open_redis, redis_errors
 from .errors import InvalidInput
-from .keys import KeyLayout, escape_id
+from .guard import user_digest
+from .keys import KeyLayout
 
 __all__ = [
     "DEFAULT_QUEUE_NAME",
@@ -67,8 +70,16 @@ def unpack_job(raw: bytes) -> Any:
 
 
 def job_id(namespace: str, user_id: str, session_id: str, episode: int | str) -> str:
-    """One job id per session and pending episode, so a burst coalesces into one job."""
-    return f"sum:{namespace}:{escape_id(user_id)}:{escape_id(session_id)}:{episode}"
+    """One job id per session and pending episode, so a burst coalesces into
+    one job. It names the user and the session by digests (``user_jobs``
+    finds a user's jobs), never by their ids."""
+    session = hashlib.blake2b(session_id.encode(), digest_size=12).hexdigest()
+    return f"{user_jobs(namespace, user_id)}{session}:{episode}"
+
+
+def user_jobs(namespace: str, user_id: str) -> str:
+    """The prefix of the ids of a user's jobs."""
+    return f"sum:{namespace}:{user_digest(namespace, user_id)}:"
 
 
 def arq_pool(url: str, *, connect_timeout: float = 2.0) -> Any:
@@ -185,6 +196,45 @@ class SummaryQueue:
             )
         )
         return job is not None
+
+    async def forget_user(self, layout: KeyLayout, user_id: str) -> int:
+        """Remove the user's jobs still waiting on the queue (a job already
+        running finds the user cleared and changes nothing) and the user's
+        failure records. Returns the number of jobs removed."""
+        return int(
+            await self._policy.run(functools.partial(self._forget_user, self.pool, layout, user_id))
+        )
+
+    async def _forget_user(self, redis: Any, layout: KeyLayout, user_id: str) -> int:
+        from arq.constants import (
+            in_progress_key_prefix,
+            job_key_prefix,
+            result_key_prefix,
+            retry_key_prefix,
+        )
+
+        pattern = user_jobs(layout.namespace, user_id) + "*"
+        removed = 0
+        with redis_errors(self._url):
+            async for raw in redis.zscan_iter(self._queue_name, match=pattern, count=1000):
+                member = raw[0] if isinstance(raw, tuple) else raw
+                job = member.decode() if isinstance(member, bytes) else str(member)
+                if await redis.exists(in_progress_key_prefix + job):
+                    continue
+                pipe = redis.pipeline(transaction=False)
+                pipe.zrem(self._queue_name, job)
+                pipe.delete(job_key_prefix + job, retry_key_prefix + job, result_key_prefix + job)
+                await pipe.execute()
+                removed += 1
+            failures = layout.queue_key("failures")
+            for record in await redis.lrange(failures, 0, -1):
+                try:
+                    user = unpack_job(record).get("user")
+                except Exception:
+                    continue
+                if user == user_id:
+                    await redis.lrem(failures, 0, record)
+        return removed
 
     async def aclose(self) -> None:
         if self._pool is not None:

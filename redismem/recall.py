@@ -41,9 +41,11 @@ from .checks import check_optional_str, check_tags, check_time_ms
 from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
-from .errors import CorruptData, EmbedderError, InvalidInput
+from .errors import CorruptData, EmbedderError, EpochMoved, InvalidInput
+from .guard import current_epoch, in_epoch
 from .keys import (
     RecallKeys,
+    SessionKeys,
     agent_filter_suffix,
     session_filter_suffix,
     tag_filter_suffix,
@@ -51,7 +53,7 @@ from .keys import (
 )
 from .models import ROLES, Hit, Message
 from .queue import SummarizeArgs
-from .scripts import IndexDoc
+from .scripts import IndexDoc, IndexRead
 
 if TYPE_CHECKING:
     from .client import Memory
@@ -60,7 +62,7 @@ __all__ = [
     "IndexOutcome",
     "catch_up",
     "flush",
-    "forget_session",
+    "forget_graves",
     "index_pass",
     "search",
 ]
@@ -114,8 +116,13 @@ async def index_pass(
     ``redismem.extract``)."""
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
-    keys = memory.layout.session(uid, sid)
-    read = await memory.scripts.index_read(keys, cap=cap, context=ranking.CONTEXT_TURNS)
+
+    async def read_at(keys: SessionKeys) -> tuple[SessionKeys, IndexRead]:
+        found = await memory.scripts.index_read(keys, cap=cap, context=ranking.CONTEXT_TURNS)
+        return keys, found
+
+    # The pass reads the user's current epoch and commits to that epoch only.
+    keys, read = await memory.in_session(uid, sid, read_at)
     if not read.seq:
         return IndexOutcome("gone")
     if read.recall_ttl_ms is None or not read.first_seq:
@@ -146,14 +153,17 @@ async def index_pass(
         previous.append(text)
         docs.append(_doc(sid, seq, entry, message, element, weights, vectors[offset]))
     until = first + len(messages) - 1
-    status = await memory.scripts.index_commit(
-        keys,
-        memory.layout.recall(uid),
-        read=read,
-        until_seq=until,
-        docs=docs,
-        extracting=extracting,
-    )
+    try:
+        status = await memory.scripts.index_commit(
+            keys,
+            memory.layout.recall(uid, keys.epoch),
+            read=read,
+            until_seq=until,
+            docs=docs,
+            extracting=extracting,
+        )
+    except EpochMoved:
+        return IndexOutcome("gone")  # the user was cleared since the read
     if status == "gone":
         return IndexOutcome("gone")
     if status == "stale":
@@ -313,13 +323,17 @@ async def search(
     qterms = ranking.query_terms(query) if query else {}
     if query and not qterms:
         return []  # only stop words: nothing to rank by
-    recall = memory.layout.recall(uid)
-    common = _Filters(recall.prefix, since_ms, until_ms, role_codes, filters)
     embedder = memory.config.embedder_object
-    if embedder is None or not qterms:
-        found = await _run_search(memory, recall, common, qterms, limit, min_score)
-        return [f.hit(f.score) for f in found]
-    return await _fused(memory, recall, common, query or "", qterms, embedder, limit, min_score)
+
+    async def run(epoch: int) -> list[Hit]:
+        recall = memory.layout.recall(uid, epoch)
+        common = _Filters(recall.prefix, since_ms, until_ms, role_codes, filters)
+        if embedder is None or not qterms:
+            found = await _run_search(memory, recall, common, qterms, limit, min_score)
+            return [f.hit(f.score) for f in found]
+        return await _fused(memory, recall, common, query or "", qterms, embedder, limit, min_score)
+
+    return await in_epoch(memory.epochs, uid, run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,12 +441,14 @@ async def _fused(
     return hits
 
 
-async def forget_session(memory: Memory, user_id: str, session_id: str) -> None:
-    """Remove every indexed copy of one session's messages (in batches)."""
-    recall = memory.layout.recall(user_id)
-    suffix = session_filter_suffix(session_id)
-    while await memory.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
-        pass
+async def forget_graves(memory: Memory, recall: RecallKeys) -> None:
+    """Forget the docs of the user's cleared sessions (their graves, see
+    ``clear.lua``), in batches: also those of a clear that died halfway."""
+    graves: list[bytes] = await memory.call(lambda redis: redis.smembers(recall.graves))
+    for grave in sorted(graves):
+        suffix = grave.decode()[len(recall.prefix) :]
+        while await memory.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
+            pass
 
 
 async def _scan_all(memory: Memory, pattern: str) -> list[bytes]:
@@ -453,21 +469,27 @@ async def _marked(redis: Any, *, key: bytes) -> list[bytes]:
     return members
 
 
-async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[str, str, int]]:
-    """``(user, session, seq)`` of the sessions marked pending now."""
+async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[SessionKeys, int]]:
+    """The keys and seq of the sessions marked pending now (in their user's
+    current epoch: earlier epochs are cleared)."""
     layout = memory.layout
     if user_id is not None:
-        pending_keys = [layout.pending(validate_id(user_id, "user_id")).encode()]
+        uid = validate_id(user_id, "user_id")
+        pending_keys = [layout.pending(uid, await current_epoch(memory, uid)).encode()]
     else:
         pending_keys = await _scan_all(memory, layout.pending_pattern())
     due = []
     for key in pending_keys:
-        uid = layout.parse_key(key.decode()).user_id
+        parsed = layout.parse_pending(key)
+        if parsed is None:
+            continue
+        uid = parsed.user_id
+        if user_id is None and parsed.epoch != await current_epoch(memory, uid):
+            continue
         for raw_sid in await memory.call(functools.partial(_marked, key=key)):
-            sid = raw_sid.decode()
-            meta = layout.session(uid, sid).meta
-            seq = await memory.call(functools.partial(_hget, key=meta, field="seq"))
-            due.append((uid, sid, int(seq or 0)))
+            keys = layout.session(uid, raw_sid.decode(), parsed.epoch)
+            seq = await memory.call(functools.partial(_hget, key=keys.meta, field="seq"))
+            due.append((keys, int(seq or 0)))
     return due
 
 
@@ -476,17 +498,20 @@ async def _hget(redis: Any, *, key: str, field: str) -> bytes | None:
     return value
 
 
-async def _done(memory: Memory, user_id: str, session_id: str, seq: int, since_ms: float) -> bool:
-    """Whether the work due for the session's writes up to ``seq`` is done."""
-    keys = memory.layout.session(user_id, session_id)
-
-    raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await memory.atomic(
+async def _done(memory: Memory, keys: SessionKeys, seq: int, since_ms: float) -> bool:
+    """Whether the work due for the session's writes up to ``seq`` is done
+    (or the user was cleared since)."""
+    session_id = _session_id_of(memory, keys)
+    raw_epoch, raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await memory.atomic(
         [
+            ("HGET", keys.guard, "e"),
             ("ZSCORE", keys.pending, session_id),
             ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg", "xwm", "xbox"),
         ],
         key=keys.meta,
     )
+    if int(raw_epoch or 0) != keys.epoch:
+        return True  # cleared: nothing is due any more
     if raw_pending is None or float(raw_pending) > since_ms:
         return True  # settled (or settled and marked again by a later write)
     # Still marked, as newer writes keep it: done once the writes up to
@@ -502,6 +527,13 @@ async def _done(memory: Memory, user_id: str, session_id: str, seq: int, since_m
     return seq - int(wm or 0) - settings.keep_recent < settings.batch
 
 
+def _session_id_of(memory: Memory, keys: SessionKeys) -> str:
+    """The session id of ``keys``."""
+    session_id = memory.layout.parse_key(keys.meta).session_id
+    assert session_id is not None
+    return session_id
+
+
 async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:  # noqa: ASYNC109
     """See ``Memory.flush``."""
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
@@ -512,9 +544,9 @@ async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:
     delay = 0.01
     while waiting:
         still = []
-        for uid, sid, seq in waiting:
-            if not await _done(memory, uid, sid, seq, since_ms):
-                still.append((uid, sid, seq))
+        for keys, seq in waiting:
+            if not await _done(memory, keys, seq, since_ms):
+                still.append((keys, seq))
         waiting = still
         if not waiting:
             break

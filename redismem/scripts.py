@@ -25,13 +25,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, Protocol
 
 import redis.exceptions as rexc
 
 from .connection import CallPolicy, is_cluster
 from .errors import StoreFull
-from .keys import RecallKeys, SessionKeys
+from .keys import RecallKeys, SessionKeys, UserKeys, session_filter_suffix
 from .transport import ClusterLinks, Link
 
 __all__ = [
@@ -49,6 +49,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
+class Scoped(Protocol):
+    """Keys built for one epoch of one user (``SessionKeys``, ``RecallKeys``,
+    ``StoreKeys``)."""
+
+    @property
+    def guard(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+
 _WITH_COMMON = (
     "write",
     "read",
@@ -65,24 +77,51 @@ _PLAIN = ("sessions", "settle", "extract_commit", "extract_clear")
 _WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
 #: Scripts prefixed with both (``_common.lua`` first).
 _WITH_BOTH = ("index_commit",)
+#: The long-term store's scripts (``store_*``) are prefixed with ``store_common.lua``.
+_STORE_PREFIX = "store_"
 #: The LangGraph checkpointer's scripts (``lg_*``) are prefixed with ``_langgraph.lua``.
 _LANGGRAPH_PREFIX = "lg_"
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
 
 
+#: Scripts that work on no user's keys, or that own the guard itself: not
+#: prefixed with ``_guard.lua``. Every other script is user-scoped.
+_UNGUARDED = ("guard_bump", "guard_drop")
+
+
+def is_user_scoped(name: str) -> bool:
+    """Whether script ``name`` works on a user's keys: it is then prefixed
+    with ``_guard.lua`` and takes the guard and the epoch first (see
+    ``redismem.guard``)."""
+    return name not in _UNGUARDED and not name.startswith(_LANGGRAPH_PREFIX)
+
+
+def guarded(scope: Scoped, keys: Sequence[Any], args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV of a user-scoped script: the guard and the epoch of
+    ``scope`` (the keys were built for it) before the script's own."""
+    return [scope.guard, *keys], [scope.epoch, *args]
+
+
 @cache
 def script_source(name: str) -> str:
+    """The source of script ``name``: its file after the preludes it uses
+    (the guard first, for every user-scoped script)."""
     folder = files("redismem") / "scripts"
     body = (folder / f"{name}.lua").read_text(encoding="utf-8")
     preludes = []
+    if is_user_scoped(name):
+        preludes.append("_guard")
     if name in _WITH_COMMON or name in _WITH_BOTH:
-        preludes.append((folder / "_common.lua").read_text(encoding="utf-8"))
+        preludes.append("_common")
     if name in _WITH_RECALL:
-        preludes.append((folder / "_recall.lua").read_text(encoding="utf-8"))
+        preludes.append("_recall")
+    if name.startswith(_STORE_PREFIX):
+        preludes.append("store_common")
     if name.startswith(_LANGGRAPH_PREFIX):
-        preludes.append((folder / "_langgraph.lua").read_text(encoding="utf-8"))
-    return "\n".join([*preludes, body])
+        preludes.append("_langgraph")
+    texts = [(folder / f"{prelude}.lua").read_text(encoding="utf-8") for prelude in preludes]
+    return "\n".join([*texts, body])
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +275,7 @@ class SessionScripts:
         self._multi = link is not None or not is_cluster(redis)
         self._scripts = {
             name: redis.register_script(script_source(name))
-            for name in _WITH_COMMON + _PLAIN + _WITH_RECALL
+            for name in _WITH_COMMON + _PLAIN + _WITH_RECALL + _UNGUARDED
         }
         self._full_logged_at = 0.0
 
@@ -245,10 +284,25 @@ class SessionScripts:
         return self._policy
 
     def _call(
-        self, name: str, keys: Sequence[str], args: Sequence[Any], *, acked: bool = False
+        self,
+        name: str,
+        scope: Scoped,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        acked: bool = False,
     ) -> Awaitable[Any]:
-        """Run script ``name`` under the policy; ``acked``: a write that must
-        reach the replicas asked for (``replica_acks``)."""
+        """Run the user-scoped script ``name`` on keys built for ``scope``'s
+        epoch, under the policy; ``acked``: a write that must reach the
+        replicas asked for (``replica_acks``). ``EpochMoved`` when the user
+        was cleared since (another epoch)."""
+        keys, args = guarded(scope, keys, args)
+        return self._run(name, keys, args, acked=acked)
+
+    def _run(
+        self, name: str, keys: Sequence[Any], args: Sequence[Any], *, acked: bool = False
+    ) -> Awaitable[Any]:
+        """Run script ``name`` with exactly these KEYS and ARGV."""
         script = self._scripts[name]
         link = self._link
         if link is not None:
@@ -333,7 +387,7 @@ class SessionScripts:
             *flat_tags,
             *messages,
         ]
-        return _write_result(self._call("write", keys.script_keys(), args, acked=True))
+        return _write_result(self._call("write", keys, keys.script_keys(), args, acked=True))
 
     async def read(
         self,
@@ -347,7 +401,7 @@ class SessionScripts:
     ) -> ReadResult:
         def call(ttl: int) -> Awaitable[Any]:
             args = [limit, max_tokens, ttl, session_id, "1" if with_summary else "0"]
-            return self._call("read", keys.script_keys(), args)
+            return self._call("read", keys, keys.script_keys(), args)
 
         first_seq, raw, covering, summary = await self._refreshing(call, refresh_ttl)
         return ReadResult(first_seq, raw, covering, summary or None)
@@ -413,9 +467,10 @@ class SessionScripts:
     ) -> list[Any]:
         touch = self._scripts["touch"]
         start = 0 if limit < 0 else -limit
+        touch_keys, touch_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         for _ in range(2):
             pipe = self._redis.pipeline(transaction=True)
-            pipe.evalsha(touch.sha, len(keys.script_keys()), *keys.script_keys(), ttl, session_id)
+            pipe.evalsha(touch.sha, len(touch_keys), *touch_keys, *touch_args)
             if limit == 0:
                 pipe.lrange(keys.msgs, 1, 0)
                 pipe.lrange(keys.entries, 1, 0)
@@ -440,10 +495,10 @@ class SessionScripts:
         deadline: float,
     ) -> list[Any]:
         touch = self._scripts["touch"]
-        script_keys = keys.script_keys()
+        script_keys, script_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         start, stop = (1, 0) if limit == 0 else (0 if limit < 0 else -limit, -1)
         commands = [
-            ("EVALSHA", touch.sha, len(script_keys), *script_keys, ttl, session_id),
+            ("EVALSHA", touch.sha, len(script_keys), *script_keys, *script_args),
             ("LRANGE", keys.msgs, start, stop),
             ("LRANGE", keys.entries, start, stop),
         ]
@@ -457,27 +512,40 @@ class SessionScripts:
     ) -> SnapshotResult:
         def call(ttl: int) -> Awaitable[Any]:
             args = [ttl, session_id, "1" if with_messages else "0"]
-            return self._call("snapshot", keys.script_keys(), args)
+            return self._call("snapshot", keys, keys.script_keys(), args)
 
         seq, length, entries, msgs, accessed, created = await self._refreshing(call, refresh_ttl)
         return SnapshotResult(seq, length, entries, msgs, accessed, created)
 
-    async def sessions(
-        self, sessions_key: str, tagidx_key: str, prefixes: Sequence[bytes]
-    ) -> list[tuple[str, float]]:
+    async def sessions(self, user: UserKeys, prefixes: Sequence[bytes]) -> list[tuple[str, float]]:
         """``(session id, deadline ms)`` of live sessions having every tag prefix."""
-        flat = await self._call("sessions", [sessions_key, tagidx_key], prefixes)
+        flat = await self._call("sessions", user, [user.sessions, user.tagidx], prefixes)
         return [(flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
-    async def clear(self, keys: SessionKeys, *, session_id: str) -> int:
-        removed: int = await self._call("clear", keys.script_keys(), [session_id])
-        return removed
+    async def bump_epoch(self, guard: str, *, min_ttl_ms: int) -> int:
+        """Start a new epoch of the user of ``guard`` (``guard_bump.lua``)."""
+        return int(await self._run("guard_bump", [guard], [min_ttl_ms]))
+
+    async def drop_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
+        """Drop ``guard`` if it still holds ``epoch`` and no root key of the
+        epoch exists (``guard_drop.lua``)."""
+        return bool(await self._run("guard_drop", [guard, *roots], [epoch]))
+
+    async def clear(
+        self, keys: SessionKeys, recall: RecallKeys, *, session_id: str, grave: str
+    ) -> int:
+        """Delete the session; its docs in the recall index go to the grave
+        ``recall.prefix + grave`` (a fresh suffix), for ``recall_forget``."""
+        filter_key = recall.prefix + session_filter_suffix(session_id)
+        script_keys = [*keys.script_keys(), filter_key, recall.prefix + grave, recall.graves]
+        removed, _grave = await self._call("clear", keys, script_keys, [session_id])
+        return int(removed)
 
     async def prepare(
         self, keys: SessionKeys, *, session_id: str, keep_recent: int, cap: int
     ) -> PrepareResult:
         seq, wm, length, summary, since, first, raw, covering, gen, last, iwm = await self._call(
-            "prepare", keys.script_keys(), [keep_recent, cap, session_id]
+            "prepare", keys, keys.script_keys(), [keep_recent, cap, session_id]
         )
         return PrepareResult(
             seq,
@@ -518,14 +586,14 @@ class SessionScripts:
             read.pending_since,
             read.gen,
         ]
-        status, still = await self._call("commit", keys.script_keys(), args)
+        status, still = await self._call("commit", keys, keys.script_keys(), args)
         name = {1: "committed", 0: "stale", -1: "gone"}[status]
         return CommitResult(name, bool(still))
 
     async def index_read(self, keys: SessionKeys, *, cap: int, context: int) -> IndexRead:
         """The session's messages after its index watermark (at most ``cap``)."""
         seq, gen, iwm, rttl, first, messages, entries, before = await self._call(
-            "index_read", keys.script_keys(), [cap, context]
+            "index_read", keys, keys.script_keys(), [cap, context]
         )
         recall_ttl = None if rttl is None or rttl is False else int(rttl)
         return IndexRead(
@@ -566,7 +634,7 @@ class SessionScripts:
             postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
             args += [doc.created_ms, doc.record, " ".join(doc.filter_suffixes), postings]
         status, _added = await self._call(
-            "index_commit", [*keys.script_keys(), *recall.script_keys()], args
+            "index_commit", keys, [*keys.script_keys(), *recall.script_keys()], args
         )
         return {1: "committed", 0: "stale", -1: "gone"}[status]
 
@@ -574,19 +642,22 @@ class SessionScripts:
         """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and
         expired ones); returns how many it still lists."""
         left = await self._call(
-            "recall_forget", recall.script_keys(), [recall.prefix, suffix, batch]
+            "recall_forget",
+            recall,
+            [recall.graves, *recall.script_keys()],
+            [recall.prefix, suffix, batch],
         )
         return int(left)
 
     async def recall_search(self, recall: RecallKeys, args: Sequence[Any]) -> list[Any]:
         """Run the search script (arguments: see ``recall_search.lua``)."""
-        found: list[Any] = await self._call("recall_search", recall.script_keys(), args)
+        found: list[Any] = await self._call("recall_search", recall, recall.script_keys(), args)
         return found
 
     async def extract_read(self, keys: SessionKeys, *, cap: int) -> ExtractRead:
         """The session's indexed messages after its extraction watermark."""
         seq, gen, xwm, first, messages, entries, outbox = await self._call(
-            "extract_read", keys.script_keys(), [cap]
+            "extract_read", keys, keys.script_keys(), [cap]
         )
         return ExtractRead(
             int(seq),
@@ -604,14 +675,16 @@ class SessionScripts:
         """Move the extraction watermark to ``until_seq`` and keep ``outbox``,
         with compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
         status = await self._call(
-            "extract_commit", [keys.meta], [read.gen, read.xwm, until_seq, outbox]
+            "extract_commit", keys, [keys.meta], [read.gen, read.xwm, until_seq, outbox]
         )
         return {1: "committed", 0: "stale"}.get(int(status), "gone")
 
     async def extract_clear(self, keys: SessionKeys, *, outbox: bytes) -> bool:
         """Clear the applied ``outbox`` (unless it was replaced)."""
-        return bool(await self._call("extract_clear", [keys.meta], [outbox]))
+        return bool(await self._call("extract_clear", keys, [keys.meta], [outbox]))
 
     async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
-        cleared = await self._call("settle", [keys.meta, keys.pending], [seq, session_id, gen])
+        cleared = await self._call(
+            "settle", keys, [keys.meta, keys.pending], [seq, session_id, gen]
+        )
         return bool(cleared)

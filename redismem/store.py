@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict
@@ -47,7 +47,8 @@ from .analysis import terms
 from .checks import check_int, check_optional_int, check_write_id
 from .codec import ms_to_datetime
 from .connection import scan_once
-from .errors import CorruptData, InvalidInput, StoreUnavailable, VersionConflict
+from .errors import CorruptData, EpochMoved, InvalidInput, StoreUnavailable, VersionConflict
+from .guard import in_epoch
 from .keys import (
     StoreKeys,
     escape_id,
@@ -57,13 +58,15 @@ from .keys import (
     store_ref,
     validate_id,
 )
-from .scripts import script_source
+from .scripts import guarded, script_source
 from .validation import check_json_value
 
 if TYPE_CHECKING:
     from .client import Memory
 
 __all__ = ["Item", "ItemVersion", "LongTermStore", "SearchItem"]
+
+T = TypeVar("T")
 
 #: Version of the stored record payload ``[schema, value, source]``.
 RECORD_SCHEMA = 1
@@ -181,8 +184,8 @@ def _ttl_ms(ttl: object, name: str = "ttl") -> int:
     if (
         isinstance(ttl, bool)
         or not isinstance(ttl, int | float)
+        or not 0 < ttl <= MAX_TTL  # before isfinite: no OverflowError for a huge int
         or not math.isfinite(ttl)
-        or not 0 < ttl <= MAX_TTL
     ):
         raise InvalidInput(f"{name} must be a number of seconds in (0, {MAX_TTL:.0f}] or None")
     return max(1, round(ttl * 1000))
@@ -435,14 +438,16 @@ def _namespace_matches(
     return True
 
 
-async def _zrevrange(redis: Any, *, key: str, start: int, stop: int) -> list[bytes]:
-    result: list[bytes] = await redis.zrevrange(key, start, stop)
-    return result
+def _score_pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """``(member, score)`` pairs of a WITHSCORES reply, flat or already paired."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(m, s) for m, s in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 @functools.cache
 def _source(name: str) -> str:
-    return script_source("store_common") + "\n" + script_source(name)
+    return script_source(name)
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -456,22 +461,39 @@ class LongTermStore:
         self._default_ttl_ms = _ttl_ms(default_ttl, "default_ttl")
         self._scripts: dict[str, Any] = {}
 
-    def _keys(self, tenant: str) -> StoreKeys:
-        return self._memory.layout.store(tenant)
+    def _keys(self, tenant: str, epoch: int) -> StoreKeys:
+        return self._memory.layout.store(tenant, epoch)
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _in_epoch(self, tenant: str, op: Callable[[StoreKeys], Awaitable[T]]) -> T:
+        """``op(keys)`` on the tenant's keys in its current epoch (built
+        again when the tenant was cleared meanwhile; see ``redismem.guard``)."""
+        return await in_epoch(self._memory.epochs, tenant, lambda e: op(self._keys(tenant, e)))
+
+    async def _run(
+        self, name: str, scope: StoreKeys, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a store script on keys built for ``scope``'s epoch (guarded)."""
         source = _source(name)
+        script_keys, script_args = guarded(scope, keys, args)
 
         async def operation(redis: Any) -> Any:
             script = self._scripts.get(name)
             if script is None:
                 script = self._scripts[name] = redis.register_script(source)
-            return await script(keys=keys, args=args)
+            return await script(keys=script_keys, args=script_args)
 
         return await self._memory.call(operation)
 
-    async def _read(self, operation: Callable[[Any], Awaitable[Any]]) -> Any:
-        return await self._memory.call(operation)
+    async def _read(self, keys: StoreKeys, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of plain reads of ``keys``' epoch, in one MULTI with
+        the guard: ``EpochMoved`` when the tenant was cleared meanwhile."""
+        raw, *replies = await self._memory.atomic(
+            [("HGET", keys.guard, "e"), *commands], key=keys.guard
+        )
+        current = int(raw) if raw is not None else 0
+        if current != keys.epoch:
+            raise EpochMoved(current)
+        return replies
 
     # -- writes ---------------------------------------------------------------
 
@@ -538,28 +560,41 @@ class LongTermStore:
         op = check_write_id(write_id)
         expected = "" if if_version is None else check_int("if_version", if_version)
         counts = _index_terms(item_value, paths)
-        keys, ref = self._keys(ns[0]), store_ref(ns, item_key)
+        ref = store_ref(ns, item_key)
         pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
-        args = [
-            *keys.key_prefixes(),
-            ref,
-            op,
-            ttl_arg,
-            _payload(item_value, item_source),
-            sum(counts.values()),
-            expected,
-            "" if guard is None else guard[1],
-            *pairs,
-        ]
-        script_keys = [
-            *keys.tenant_keys(),
-            keys.item(ref),
-            keys.history(ref),
-            keys.item(ref) if guard is None else guard[0],
-            *(keys.term(term) for term in counts),
-        ]
+        payload = _payload(item_value, item_source)
+
+        def put(keys: StoreKeys) -> Awaitable[Any]:
+            args = [
+                *keys.key_prefixes(),
+                ref,
+                op,
+                ttl_arg,
+                payload,
+                sum(counts.values()),
+                expected,
+                "" if guard is None else guard[1],
+                *pairs,
+            ]
+            script_keys = [
+                *keys.tenant_keys(),
+                keys.item(ref),
+                keys.history(ref),
+                keys.item(ref) if guard is None else guard[0],
+                *(keys.term(term) for term in counts),
+            ]
+            return self._run("store_put", keys, script_keys, args)
+
         try:
-            status, version, created, updated = await self._run("store_put", script_keys, args)
+            if guard is None:
+                status, version, created, updated = await self._in_epoch(ns[0], put)
+            else:
+                # On behalf of a session: in that session's epoch only.
+                epoch = self._memory.layout.parse_key(guard[0]).epoch
+                try:
+                    status, version, created, updated = await put(self._keys(ns[0], epoch))
+                except EpochMoved:
+                    return None
         except StoreUnavailable as exc:
             exc.write_id = op
             exc.add_note(f"the put may still land: retry it with write_id={op!r}")
@@ -585,11 +620,16 @@ class LongTermStore:
         item_key = validate_id(key, "key")
         item_source = None if source is None else _check_json_dict(source, "source")
         op = check_write_id(write_id)
-        keys, ref = self._keys(ns[0]), store_ref(ns, item_key)
-        script_keys = [*keys.tenant_keys(), keys.item(ref), keys.history(ref)]
+        ref = store_ref(ns, item_key)
         tombstone = msgpack.packb([RECORD_SCHEMA, None, item_source], use_bin_type=True)
+
+        def delete(keys: StoreKeys) -> Awaitable[Any]:
+            script_keys = [*keys.tenant_keys(), keys.item(ref), keys.history(ref)]
+            args = [*keys.key_prefixes(), ref, op, tombstone]
+            return self._run("store_delete", keys, script_keys, args)
+
         try:
-            await self._run("store_delete", script_keys, [*keys.key_prefixes(), ref, op, tombstone])
+            await self._in_epoch(ns[0], delete)
         except StoreUnavailable as exc:
             exc.write_id = op
             exc.add_note(f"the delete may still land: retry it with write_id={op!r}")
@@ -603,30 +643,35 @@ class LongTermStore:
         Runs in batches, each atomic: an item put under the prefix while the
         purge runs may survive it."""
         prefix = _check_namespace(namespace_prefix, "namespace_prefix")
-        keys = self._keys(prefix[0])
-        args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH, "0"]
-        total = 0
-        while True:
-            removed, more = await self._run("store_purge", keys.tenant_keys(), args)
-            total += int(removed)
-            if not more:
-                return total
+
+        async def purge(keys: StoreKeys) -> int:
+            args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH, "0"]
+            total = 0
+            while True:
+                removed, more = await self._run("store_purge", keys, keys.tenant_keys(), args)
+                total += int(removed)
+                if not more:
+                    return total
+
+        return await self._in_epoch(prefix[0], purge)
 
     async def purge_item(self, namespace: tuple[str, ...], key: str) -> bool:
         """Remove one item for good, with its history: True if there was one."""
         ns = _check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
-        keys = self._keys(ns[0])
-        args = [*keys.key_prefixes(), store_ref(ns, item_key), 1, "1"]
-        removed, _more = await self._run("store_purge", keys.tenant_keys(), args)
-        return bool(removed)
 
-    async def _prune(self, tenant: str) -> None:
+        async def purge(keys: StoreKeys) -> bool:
+            args = [*keys.key_prefixes(), store_ref(ns, item_key), 1, "1"]
+            removed, _more = await self._run("store_purge", keys, keys.tenant_keys(), args)
+            return bool(removed)
+
+        return await self._in_epoch(ns[0], purge)
+
+    async def _prune(self, keys: StoreKeys) -> None:
         """Clean up after the tenant's expired items (a batch per script call)."""
-        keys = self._keys(tenant)
         args = [*keys.key_prefixes(), _PRUNE_BATCH]
         for _ in range(_PRUNE_ROUNDS):
-            if not await self._run("store_prune", keys.tenant_keys(), args):
+            if not await self._run("store_prune", keys, keys.tenant_keys(), args):
                 return
 
     # -- reads ------------------------------------------------------------------
@@ -635,27 +680,33 @@ class LongTermStore:
         """The item's current version, or None (never put, deleted or expired)."""
         ns = _check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
-        redis_key = self._keys(ns[0]).item(store_ref(ns, item_key))
-        raw = await self._read(lambda redis: redis.get(redis_key))
-        if raw is None:
-            return None
-        return Item(**_fields(ns, item_key, _decode(redis_key, raw)))
+        ref = store_ref(ns, item_key)
+
+        async def get(keys: StoreKeys) -> Item | None:
+            [raw] = await self._read(keys, [("GET", keys.item(ref))])
+            if raw is None:
+                return None
+            return Item(**_fields(ns, item_key, _decode(keys.item(ref), raw)))
+
+        return await self._in_epoch(ns[0], get)
 
     async def history(self, namespace: tuple[str, ...], key: str) -> list[ItemVersion]:
         """Every version of the item, oldest first: earlier puts, delete
         tombstones and the current version. Empty once purged or expired."""
         ns = _check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
-        keys, ref = self._keys(ns[0]), store_ref(ns, item_key)
+        ref = store_ref(ns, item_key)
 
-        old, current = await self._memory.atomic(
-            [("LRANGE", keys.history(ref), 0, -1), ("GET", keys.item(ref))],
-            key=keys.item(ref),
-        )
-        records = [_decode(keys.history(ref), raw) for raw in old]
-        if current is not None:
-            records.append(_decode(keys.item(ref), current))
-        return [ItemVersion(**_fields(ns, item_key, r), deleted=r.deleted) for r in records]
+        async def history(keys: StoreKeys) -> list[ItemVersion]:
+            old, current = await self._read(
+                keys, [("LRANGE", keys.history(ref), 0, -1), ("GET", keys.item(ref))]
+            )
+            records = [_decode(keys.history(ref), raw) for raw in old]
+            if current is not None:
+                records.append(_decode(keys.item(ref), current))
+            return [ItemVersion(**_fields(ns, item_key, r), deleted=r.deleted) for r in records]
+
+        return await self._in_epoch(ns[0], history)
 
     async def search(
         self,
@@ -685,9 +736,13 @@ class LongTermStore:
         found: list[SearchItem] = []
         for tenant in tenants:
             if weights is None:
-                found += await self._newest(tenant, ref_prefix, flt, want)
+                found += await self._in_epoch(
+                    tenant, lambda keys: self._newest(keys, ref_prefix, flt, want)
+                )
             elif weights:
-                found += await self._ranked(tenant, ref_prefix, weights, flt, want)
+                found += await self._in_epoch(
+                    tenant, lambda keys: self._ranked(keys, ref_prefix, weights, flt, want)
+                )
         if weights is None:
             found.sort(key=lambda i: (i.updated_at, i.namespace, i.key), reverse=True)
         else:
@@ -701,7 +756,7 @@ class LongTermStore:
         if not refs:
             return []
         redis_keys = [keys.item(ref) for ref in refs]
-        raws = await self._read(lambda redis: redis.mget(redis_keys))
+        [raws] = await self._read(keys, [("MGET", *redis_keys)])
         out = []
         for ref, redis_key, raw in zip(refs, redis_keys, raws, strict=True):
             if raw is None:
@@ -712,18 +767,14 @@ class LongTermStore:
         return out
 
     async def _newest(
-        self, tenant: str, ref_prefix: str, flt: dict[str, Any], want: int
+        self, keys: StoreKeys, ref_prefix: str, flt: dict[str, Any], want: int
     ) -> list[SearchItem]:
         """Up to ``want`` of the tenant's matching items, newest first."""
-        keys = self._keys(tenant)
         out: list[SearchItem] = []
         seen: set[str] = set()
         start, page = 0, _PAGE
         while len(out) < want:
-            read = functools.partial(
-                _zrevrange, key=keys.updated, start=start, stop=start + page - 1
-            )
-            raw = await self._read(read)
+            [raw] = await self._read(keys, [("ZREVRANGE", keys.updated, start, start + page - 1)])
             if not raw:
                 break
             start, page = start + page, min(page * 2, 1000)
@@ -734,27 +785,25 @@ class LongTermStore:
         return out[:want]
 
     async def _ranked(
-        self, tenant: str, ref_prefix: str, weights: Counter[str], flt: dict[str, Any], want: int
+        self,
+        keys: StoreKeys,
+        ref_prefix: str,
+        weights: Counter[str],
+        flt: dict[str, Any],
+        want: int,
     ) -> list[SearchItem]:
         """Up to ``want`` of the tenant's matching items, by BM25 score."""
-        keys = self._keys(tenant)
         query_terms = list(weights)
-
-        async def postings(redis: Any) -> list[Any]:
-            pipe = redis.pipeline(transaction=False)
-            pipe.hmget(keys.stats, "docs", "len")
-            for term in query_terms:
-                pipe.zcard(keys.term(term))
-                pipe.zrevrange(keys.term(term), 0, MAX_POSTINGS - 1, withscores=True)
-            result: list[Any] = await pipe.execute()
-            return result
-
-        (docs_raw, length_raw), *per_term = await self._read(postings)
+        commands: list[tuple[Any, ...]] = [("HMGET", keys.stats, "docs", "len")]
+        for term in query_terms:
+            commands.append(("ZCARD", keys.term(term)))
+            commands.append(("ZREVRANGE", keys.term(term), 0, MAX_POSTINGS - 1, "WITHSCORES"))
+        (docs_raw, length_raw), *per_term = await self._read(keys, commands)
         docs = _number(docs_raw, keys.stats)
         average = _number(length_raw, keys.stats) / docs if docs > 0 else 1.0
         hits: dict[str, list[tuple[float, float]]] = {}
         for position, term in enumerate(query_terms):
-            df, members = per_term[2 * position], per_term[2 * position + 1]
+            df, members = per_term[2 * position], _score_pairs(per_term[2 * position + 1])
             n = max(docs, df)
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5)) * weights[term]
             for member, tf in members:
@@ -764,7 +813,7 @@ class LongTermStore:
         if not hits:
             return []
         refs = list(hits)
-        lengths = await self._read(lambda redis: redis.hmget(keys.doclen, refs))
+        [lengths] = await self._read(keys, [("HMGET", keys.doclen, *refs)])
         scores = {
             ref: sum(
                 _bm25(idf, tf, _number(length, keys.doclen), max(average, 1e-9))
@@ -803,15 +852,15 @@ class LongTermStore:
             tenants = await self._tenants("namespaces")
         found: set[tuple[str, ...]] = set()
         for tenant in tenants:
-            for namespace in await self._namespaces(tenant):
+            for namespace in await self._in_epoch(tenant, self._namespaces):
                 if _namespace_matches(namespace, pre, suf):
                     found.add(namespace if depth is None else namespace[:depth])
         return sorted(found)[skip : skip + count]
 
-    async def _namespaces(self, tenant: str) -> list[tuple[str, ...]]:
-        await self._prune(tenant)
-        key = self._keys(tenant).namespaces
-        fields = await self._read(lambda redis: redis.hkeys(key))
+    async def _namespaces(self, keys: StoreKeys) -> list[tuple[str, ...]]:
+        await self._prune(keys)
+        key = keys.namespaces
+        [fields] = await self._read(keys, [("HKEYS", key)])
         out = []
         for field in fields:
             try:
@@ -828,7 +877,7 @@ class LongTermStore:
         cursor = "0"
         while True:
             scan = functools.partial(scan_once, cursor=cursor, pattern=pattern)
-            cursor, batch = await self._read(scan)
+            cursor, batch = await self._memory.call(scan)
             for raw in batch:
                 try:
                     parsed = layout.parse_key(raw.decode("utf-8"))

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import codec, recall
-from .errors import SummarizerError
-from .keys import validate_id
+from .errors import EpochMoved, SummarizerError
+from .keys import SessionKeys, validate_id
 from .toolgroups import split_at_tool_boundary
 
 if TYPE_CHECKING:
     from .client import Memory
+    from .scripts import PrepareResult
     from .summarizers import Summarizer
 
 __all__ = [
@@ -71,8 +72,13 @@ async def summarize_pass(
     unchanged."""
     sid = validate_id(session_id, "session_id")
     uid = validate_id(user_id, "user_id")
-    keys = memory.layout.session(uid, sid)
-    read = await memory.scripts.prepare(keys, session_id=sid, keep_recent=keep_recent, cap=cap)
+
+    async def read_at(keys: SessionKeys) -> tuple[SessionKeys, PrepareResult]:
+        found = await memory.scripts.prepare(keys, session_id=sid, keep_recent=keep_recent, cap=cap)
+        return keys, found
+
+    # The pass reads the user's current epoch and commits to that epoch only.
+    keys, read = await memory.in_session(uid, sid, read_at)
     if not read.seq:
         return SummarizeOutcome("gone")
     if not read.messages:
@@ -111,17 +117,20 @@ async def summarize_pass(
     total = (previous["message_count"] if previous else 0) + len(todo)
     now_ms = int(time.time() * 1000)
     blob = codec.encode_summary(text, total, until, now_ms)
-    result = await memory.scripts.commit(
-        keys,
-        session_id=sid,
-        read=read,
-        until_seq=until,
-        summarized=len(todo),
-        summary=blob,
-        compact=compact,
-        keep_recent=keep_recent,
-        batch=batch,
-    )
+    try:
+        result = await memory.scripts.commit(
+            keys,
+            session_id=sid,
+            read=read,
+            until_seq=until,
+            summarized=len(todo),
+            summary=blob,
+            compact=compact,
+            keep_recent=keep_recent,
+            batch=batch,
+        )
+    except EpochMoved:
+        return SummarizeOutcome("gone")  # the user was cleared since the read
     if result.status == "gone":
         return SummarizeOutcome("gone")
     if result.status == "stale":
@@ -137,5 +146,8 @@ async def settle_pending(
     """Clear the pending mark after an idle or gone pass, unless a write
     arrived after the pass read ``seq`` of incarnation ``gen`` (that write's
     backlog keeps it)."""
-    keys = memory.layout.session(user_id, session_id)
-    return await memory.scripts.settle(keys, session_id=session_id, seq=seq, gen=gen)
+    keys = memory.layout.session(user_id, session_id, memory.epochs.get(user_id))
+    try:
+        return await memory.scripts.settle(keys, session_id=session_id, seq=seq, gen=gen)
+    except EpochMoved:
+        return True  # the user was cleared: nothing of that epoch is pending

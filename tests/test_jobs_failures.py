@@ -281,7 +281,12 @@ async def test_a_job_carries_the_session_and_the_encoded_settings_only(
         queue_name=queue_name,
     )
     await memory.write(dialogue(KEEP + BATCH), session_id=SID)
-    [key] = [k async for k in raw.scan_iter(match=f"arq:job:sum:{namespace}:*")]
+
+    async def queued() -> list[bytes]:
+        return [k async for k in raw.scan_iter(match=f"arq:job:sum:{namespace}:*")]
+
+    # Enqueued in the background: the write never waits on the queue.
+    [key] = await eventually(queued, within=10, what="the job enqueued")
     job = unpack_job(await raw.get(key))
     settings = f"{KEEP},{BATCH},1"
     assert (job["f"], job["a"], job["k"]) == (

@@ -7,6 +7,7 @@ on the embedded backend."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -322,3 +323,34 @@ async def test_a_fact_is_found_by_the_question_its_predicate_answers(make_memory
     assert built.memories_included >= 1
     assert "User moved to Porto." in built.messages[0].content
     assert "Lisbon" not in built.messages[0].content
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_racing_adds_restores_and_deletes_settle_to_one_current_value(make_memory, seed):
+    """Adds (now and dated), restores and deletes of one slot all at once:
+    once they are done, at most one value is active, every superseded one
+    leads to a record that exists, and a later add supersedes the survivor."""
+    mem = await make_memory()
+    rng = random.Random(seed)
+    first = [(await mem.memories.add("alice", lives_in(c))).record.id for c in CITIES]
+
+    async def one(n: int) -> None:
+        choice = rng.random()
+        if choice < 0.5:
+            at = DAY0 + timedelta(days=rng.randrange(40)) if rng.random() < 0.5 else None
+            await mem.memories.add("alice", lives_in(f"City{n}", created_at=at))
+        elif choice < 0.8:
+            await mem.memories.restore("alice", rng.choice(first))
+        else:
+            await mem.memories.delete("alice", rng.choice(first))
+
+    await asyncio.gather(*(one(n) for n in range(16)))
+    records = await every_record(mem, "alice")
+    assert_one_current_value(records)
+    by_id = {r.id: r for r in records}
+    for record in records:
+        if record.status == "superseded" and record.superseded_by is not None:
+            assert record.superseded_by in by_id
+    last = await mem.memories.add("alice", lives_in("Setubal"))
+    assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
+    assert last.outcome in ("added", "superseded")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import keys_matching, snapshot, user
 
+from redismem.queue import user_jobs
+
 pytestmark = pytest.mark.every_server
 
 # Users whose ids are close to "alice" (prefixes, glob look-alikes, escapes).
@@ -91,9 +93,20 @@ async def test_clear_all_removes_the_namespace_and_nothing_outside(make_memory, 
     await raw.set(f"x{namespace}:y", b"namespace inside")
     await raw.rpush(f"{namespace}-list", b"a", b"b")
     own = await keys_matching(raw, f"{namespace}:*")
+    await mem.aclose()  # its enqueues (in the background) have landed
+    mem = await make_memory()
+    # The jobs still queued for this namespace's users go with the users; the
+    # sibling namespace's job stays.
+    own_jobs = [
+        f"arq:job:{user_jobs(namespace, uid)}".encode() for uid in ("alice", "bob", "*")
+    ]
     # Every key holding the namespace anywhere (the test's keys: the server is shared).
     everything_before = await snapshot(raw, f"*{namespace}*")
-    outside_before = {k: v for k, v in everything_before.items() if k not in own}
+    outside_before = {
+        k: v
+        for k, v in everything_before.items()
+        if k not in own and not any(k.startswith(job) for job in own_jobs)
+    }
     assert len(outside_before) >= 8
 
     assert await mem.clear_all() == len(own)

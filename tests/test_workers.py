@@ -520,8 +520,12 @@ async def test_memory_aclose_closes_queue_connections(
         queue_name=queue_name,
     )
     await memory.write(dialogue(2), session_id=SID)  # enqueues: opens the queue pool
-    assert memory._queue is not None
-    pool = memory._queue.pool.connection_pool
+
+    async def enqueued() -> bool:
+        return bool(await raw.zcard(queue_name))
+
+    await eventually(enqueued, within=10, what="the write's job enqueued (in the background)")
+    pool = memory.queue.pool.connection_pool
     try:
         await memory.aclose()
         assert not [c for c in pool._available_connections if c.is_connected]

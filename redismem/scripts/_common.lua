@@ -60,10 +60,12 @@ local function touch_session(ttl, now, sid, exp)
     for i = 1, SESSION_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline) end
     redis.call('ZADD', KEYS[7], deadline, sid)
     redis.call('HSET', KEYS[2], 'exp', deadline)
+    cover_guard(deadline)
   else
     for i = 1, SESSION_KEYS do redis.call('PERSIST', KEYS[i]) end
     redis.call('ZADD', KEYS[7], '+inf', sid)
     redis.call('HSET', KEYS[2], 'exp', 'inf')
+    cover_guard(math.huge)
   end
   fit_user_ttl()
   return true

@@ -22,9 +22,11 @@ local function forget_doc(id, prefix)
   redis.call('HDEL', R_LINKS, id)
   redis.call('ZREM', R_TIME, id)
   redis.call('ZREM', R_EXP, id)
-  if redis.call('HDEL', R_DOCS, id) == 1 and redis.call('HINCRBY', R_STATS, 'n', -1) <= 0 then
+  if redis.call('HDEL', R_DOCS, id) == 1 and redis.call('HINCRBY', R_STATS, 'n', -1) <= 0
+      and redis.call('EXISTS', prefix .. 'graves') == 0 then
     -- The user's last doc: the stats go too (doc ids may then start over,
     -- which is why index_commit checks a session's last doc is still its own).
+    -- Not while a grave may still list doc ids (clear.lua): none is reused.
     redis.call('DEL', R_STATS)
   end
 end

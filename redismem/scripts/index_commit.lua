@@ -79,4 +79,5 @@ for i = 1, #touched do
     redis.call('PERSIST', touched[i])
   end
 end
+if rttl > 0 then cover_guard(deadline) else cover_guard(math.huge) end
 return {1, ndocs}

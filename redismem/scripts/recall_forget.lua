@@ -1,6 +1,7 @@
--- Forget a batch of docs listed in one filter key (e.g. all docs of a
--- cleared session), and the docs whose recall ttl has passed.
--- KEYS[1..6]  the user's recall keys (see _recall.lua)
+-- Forget a batch of docs listed in one filter key (e.g. the grave of a
+-- cleared session, see clear.lua), and the docs whose recall ttl has passed.
+-- KEYS[1]     the user's set of graves (a grave emptied here leaves it)
+-- KEYS[2..7]  the user's recall keys (see _recall.lua)
 -- ARGV[1]     prefix of posting and filter keys
 -- ARGV[2]     the filter key suffix whose docs to forget ("" = only expired docs)
 -- ARGV[3]     most docs to forget in this call
@@ -16,4 +17,11 @@ for i = 1, #ids do
   -- finds them): the listing must shrink, or the caller would loop forever.
   redis.call('ZREM', prefix .. suffix, ids[i])
 end
-return redis.call('ZCARD', prefix .. suffix)
+local left = redis.call('ZCARD', prefix .. suffix)
+if left == 0 then
+  redis.call('SREM', KEYS[1], prefix .. suffix)
+  if redis.call('EXISTS', KEYS[1]) == 0 and tonumber(redis.call('HGET', R_STATS, 'n') or '0') <= 0 then
+    redis.call('DEL', R_STATS)
+  end
+end
+return left

@@ -147,10 +147,12 @@ local function set_deadline(ref, now, ttl)
     redis.call('PEXPIREAT', item, deadline)
     redis.call('PEXPIREAT', hist, deadline)
     redis.call('ZADD', KEYS[3], deadline, ref)
+    cover_guard(deadline)
   else
     redis.call('PERSIST', item)
     redis.call('PERSIST', hist)
     redis.call('ZREM', KEYS[3], ref)
+    cover_guard(math.huge)
   end
 end
 

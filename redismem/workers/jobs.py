@@ -44,6 +44,7 @@ from redismem.connection import scan_once
 from redismem.errors import (
     CorruptData,
     EmbedderError,
+    EpochMoved,
     ExtractorError,
     InvalidInput,
     RedisMemError,
@@ -51,6 +52,7 @@ from redismem.errors import (
     SummarizerError,
 )
 from redismem.extract import ExtractOutcome, extract_pass
+from redismem.guard import current_epoch
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
 from redismem.recall import IndexOutcome, index_pass
@@ -88,7 +90,7 @@ async def stored_settings(
     """``(found, settings)``: the summarization settings the write that marked
     the session stored with it (None: the session is only indexed); found is
     False when the session is gone. ``CorruptData`` if unreadable."""
-    meta = memory.layout.session(user_id, session_id).meta
+    meta = memory.layout.session(user_id, session_id, memory.epochs.get(user_id)).meta
     raw = await memory.call(lambda redis: redis.hget(meta, "sumcfg"))
     if raw is None:
         return False, None
@@ -100,7 +102,7 @@ async def stored_settings(
 
 async def clear_mark(memory: Memory, user_id: str, session_id: str) -> None:
     """Remove the session's pending mark (idempotent)."""
-    pending = memory.layout.pending(user_id)
+    pending = memory.layout.pending(user_id, memory.epochs.get(user_id))
     await memory.call(lambda redis: redis.zrem(pending, session_id))
 
 
@@ -138,6 +140,10 @@ async def summarize_session(
     progress = _Progress()
     try:
         await _summarize(ctx, progress, user_id, session_id, namespace, settings)
+    except EpochMoved:
+        # The user was cleared while the job ran: what it read is gone, and
+        # so is the work (nothing recorded: the user's ids must not linger).
+        progress.status = "gone"
     except TRANSIENT_ERRORS as exc:
         if tries < MAX_TRIES:
             logger.warning("summarizing %r failed (try %d): %s", session_id, tries, exc)
@@ -178,7 +184,8 @@ async def _summarize(
     memory = await memory_for(ctx, namespace)
     user_id = validate_id(user_id, "user_id")
     session_id = validate_id(session_id, "session_id")
-    keys = memory.layout.session(user_id, session_id)
+    # The user's epoch now: a job of a cleared epoch finds nothing pending.
+    keys = memory.layout.session(user_id, session_id, await current_epoch(memory, user_id))
     commands: list[tuple[Any, ...]] = [("ZSCORE", keys.pending, session_id)]
     if config.extractor is None:
         # Extraction is off (or was turned off): its watermark and outbox must
@@ -402,7 +409,10 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
     queue = queue_of(ctx)
     enqueued = 0
     for key in pending_keys:
-        user_id = layout.parse_key(key.decode()).user_id
+        parsed = layout.parse_pending(key)
+        if parsed is None or parsed.epoch != await current_epoch(memory, parsed.user_id):
+            continue  # not a pending index, or one of a cleared epoch
+        user_id = parsed.user_id
         due = await _marked_before(memory, key, cutoff)
         for raw_sid, since in due:
             session_id = raw_sid.decode()

@@ -1,0 +1,193 @@
+"""The user guard: one mechanism that makes a clear final for every key
+family of a user, present and future.
+
+Every key of a user lies under ``ns:{u:U}:`` (``keys.py``), and every key
+that holds the user's data lies in an *epoch* of that user: ``ns:{u:U}:...``
+for epoch 0 (a user never cleared), ``ns:{u:U}:@<epoch>:...`` after a clear.
+The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
+
+* **Every user-scoped script checks the guard first.** The script registry
+  (``scripts.script_source``) prefixes every script but the guard's own with
+  ``_guard.lua``, and the one way to run one (``scripts.guarded``) sends the
+  guard and the epoch its keys were built for. A script built for another
+  epoch changes nothing and fails with ``EpochMoved``: a client call builds
+  its keys for the new epoch and runs again (``in_epoch``); a worker drops
+  what it read (its commit names keys of a cleared epoch). Plain reads run in
+  one MULTI with the guard (``read_in_epoch``). A key family added later
+  gets its keys from ``KeyLayout`` for an epoch and its scripts from the
+  registry, so it is covered without anyone remembering to.
+* **clear_user** starts a new epoch in one atomic step (``guard_bump.lua``):
+  from then on nothing of the earlier epochs can be read or written by
+  anyone, however late a worker's commit arrives. Then it deletes every key
+  of the earlier epochs (SCAN and UNLINK: nothing can recreate them), the
+  user's jobs still waiting on the queue and its failure records, and drops
+  the guard when the user did not come back meanwhile (``guard_drop.lua``),
+  so a cleared user leaves no key at all. Writes racing the clear land either
+  before the new epoch (and are deleted) or in it (and are kept, and indexed).
+* **The guard outlives its epoch's keys**: every script that gives keys of
+  an epoch a deadline gives the guard at least the same (``cover_guard`` in
+  ``_guard.lua``), and a new guard lives at least ``GUARD_MIN_TTL_MS``, longer
+  than any job that may still hold an older epoch.
+
+Epochs are the server's time in ms at the clear (above every earlier epoch of
+the user), so an epoch number is never used twice, even after a guard expired.
+A worker's writes are also tied to the session they derive from (its
+incarnation ``gen``), which keeps them out of a recreated session once the
+guard is dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .connection import scan_once
+from .errors import EpochMoved, InvalidInput, StoreError
+
+if TYPE_CHECKING:
+    from .client import Memory
+
+__all__ = [
+    "GUARD_MIN_TTL_MS",
+    "UserEpochs",
+    "clear_user",
+    "current_epoch",
+    "in_epoch",
+    "read_in_epoch",
+    "user_digest",
+]
+
+T = TypeVar("T")
+
+#: A new guard lives at least this long (a day): longer than any worker job
+#: or retried call that may still hold an earlier epoch.
+GUARD_MIN_TTL_MS = 24 * 3600 * 1000
+#: Epochs remembered per client (users cleared while it runs: few).
+_EPOCHS_KEPT = 65536
+#: Times a call builds its keys again before giving up (the user cleared that
+#: many times during one call).
+_EPOCH_TRIES = 8
+#: Keys unlinked per command while reaping.
+_UNLINK_BATCH = 1000
+
+
+class UserEpochs:
+    """The epoch of each user as this client last saw it (0 when unknown:
+    most users are never cleared). A wrong guess costs one more round trip:
+    the script refuses it and names the current epoch."""
+
+    def __init__(self) -> None:
+        self._epochs: OrderedDict[str, int] = OrderedDict()
+
+    def get(self, user_id: str) -> int:
+        return self._epochs.get(user_id, 0)
+
+    def set(self, user_id: str, epoch: int) -> None:
+        if not epoch:
+            self._epochs.pop(user_id, None)
+            return
+        self._epochs[user_id] = epoch
+        self._epochs.move_to_end(user_id)
+        if len(self._epochs) > _EPOCHS_KEPT:
+            self._epochs.popitem(last=False)
+
+
+async def in_epoch(epochs: UserEpochs, user_id: str, op: Callable[[int], Awaitable[T]]) -> T:
+    """``op(epoch)`` for the user's current epoch: run again, with keys built
+    anew, when the user was cleared since this client last looked."""
+    for _ in range(_EPOCH_TRIES):
+        try:
+            return await op(epochs.get(user_id))
+        except EpochMoved as moved:
+            epochs.set(user_id, moved.current)
+    raise StoreError(f"user {user_id!r} was cleared {_EPOCH_TRIES} times during one call")
+
+
+async def current_epoch(memory: Memory, user_id: str) -> int:
+    """The user's epoch now (read from the guard), remembered by the client."""
+    guard = memory.layout.guard(user_id)
+    raw = await memory.call(lambda redis: redis.hget(guard, "e"))
+    epoch = int(raw) if raw is not None else 0
+    memory.epochs.set(user_id, epoch)
+    return epoch
+
+
+async def read_in_epoch(
+    memory: Memory, user_id: str, commands: Callable[[int], Sequence[Sequence[Any]]]
+) -> list[Any]:
+    """The replies of ``commands(epoch)`` (plain reads of keys built for
+    ``epoch``), run in one MULTI with a read of the guard, for the user's
+    current epoch: read again when the guard holds another."""
+    guard = memory.layout.guard(user_id)
+    for _ in range(_EPOCH_TRIES):
+        epoch = memory.epochs.get(user_id)
+        raw, *replies = await memory.atomic([("HGET", guard, "e"), *commands(epoch)], key=guard)
+        current = int(raw) if raw is not None else 0
+        if current == epoch:
+            return replies
+        memory.epochs.set(user_id, current)
+    raise StoreError(f"user {user_id!r} was cleared {_EPOCH_TRIES} times during one read")
+
+
+def user_digest(namespace: str, user_id: str) -> str:
+    """A short digest naming the user on the queue side (job ids), so that
+    queue keys never carry a user id."""
+    raw = f"{namespace}\0{user_id}".encode()
+    return hashlib.blake2b(raw, digest_size=12).hexdigest()
+
+
+async def clear_user(memory: Memory, user_id: str) -> int:
+    """See ``Memory.clear_user``. Returns the number of keys deleted."""
+    layout = memory.layout
+    guard = layout.guard(user_id)
+    epoch = await memory.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
+    memory.epochs.set(user_id, epoch)
+    removed = await reap(memory, user_id, below=epoch)
+    await memory.forget_queued(user_id)
+    if await memory.scripts.drop_guard(
+        guard, epoch=epoch, roots=layout.epoch_roots(user_id, epoch)
+    ):
+        memory.epochs.set(user_id, 0)
+    return removed
+
+
+async def reap(memory: Memory, user_id: str, *, below: int) -> int:
+    """Delete every key of the user's epochs before ``below`` (no script can
+    reach them any more: see the module docstring). Returns how many."""
+    layout = memory.layout
+    guard = layout.guard(user_id)
+    removed = 0
+    doomed: list[bytes] = []
+    cursor = "0"
+    while True:
+        cursor, batch = await memory.call(
+            functools.partial(
+                scan_once, cursor=cursor, pattern=layout.user_pattern(user_id), key=guard
+            )
+        )
+        for raw_key in batch:
+            try:
+                parsed = layout.parse_key(raw_key.decode("utf-8"))
+            except (InvalidInput, UnicodeDecodeError):
+                continue  # not a key this layout builds: not ours to delete
+            if parsed.kind != "guard" and parsed.epoch < below:
+                doomed.append(raw_key)
+        while len(doomed) >= _UNLINK_BATCH:
+            removed += await _unlink_batch(memory, doomed[:_UNLINK_BATCH])
+            del doomed[:_UNLINK_BATCH]
+        if cursor == "0":
+            break
+    if doomed:
+        removed += await _unlink_batch(memory, doomed)
+    return removed
+
+
+async def _unlink_batch(memory: Memory, keys: list[bytes]) -> int:
+    async def unlink(redis: Any) -> int:
+        count: int = await redis.unlink(*keys)
+        return count
+
+    return await memory.call(unlink)
