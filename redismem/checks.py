@@ -2,12 +2,18 @@
 
 A checker returns the value it was given (typed), or raises ``InvalidInput``
 (also a ``ValueError``) naming the argument; nothing has been sent to Redis
-then. ``bool`` is not accepted where an ``int`` is asked for.
+then. ``bool`` is not accepted where an ``int`` is asked for, nor a ``float``
+(``2.0`` included). An int is at most ``MAX_INT`` (``2**53 - 1``): a count
+or a limit goes to a Lua script, which holds numbers as doubles, exact only
+up to there (a larger one reached Redis as ``9.2e+18`` and came back as an
+error reply). A number (a score, seconds) is finite: ``nan`` compares false
+with everything and ``inf`` is no bound a script can hold.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import sys
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
     from .client import Memory
 
 __all__ = [
+    "MAX_INT",
     "MAX_TAGS",
     "check_bool",
     "check_choice",
@@ -36,7 +43,9 @@ __all__ = [
     "check_optional_bool",
     "check_optional_callable",
     "check_optional_int",
+    "check_optional_number",
     "check_optional_str",
+    "check_seconds",
     "check_tags",
     "check_text",
     "check_write_id",
@@ -48,6 +57,8 @@ T = TypeVar("T")
 
 #: Most tag pairs one call may carry.
 MAX_TAGS = 64
+#: Largest int argument accepted: the integers a Lua script holds exactly.
+MAX_INT = 2**53 - 1
 _WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 # Looked up, not imported: see is_memory.
 _CLIENT_MODULE = f"{__name__.rpartition('.')[0]}.client"
@@ -60,26 +71,73 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_int(name: str, value: object, *, minimum: int = 0) -> int:
-    """An ``int >= minimum``."""
-    if not _is_int(value) or value < minimum:
-        raise InvalidInput(f"{name} must be an int >= {minimum}, got {value!r}")
+def _shown(value: object) -> str:
+    """``repr(value)``, or a description of an int too long to print (Python
+    refuses to format one of more than 4,300 digits)."""
+    if _is_int(value) and abs(value).bit_length() > 64:
+        return f"an int of {abs(value).bit_length()} bits"
+    return repr(value)
+
+
+def _int_error(name: str, value: object, minimum: int, maximum: int, none: str) -> InvalidInput:
+    if _is_int(value) and value > maximum:
+        return InvalidInput(
+            f"{name} must be an int in [{minimum}, {maximum}]{none}, got {_shown(value)}"
+        )
+    return InvalidInput(f"{name} must be an int >= {minimum}{none}, got {_shown(value)}")
+
+
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    """An ``int`` in ``[minimum, maximum]`` (by default at most ``MAX_INT``)."""
+    if not _is_int(value) or not minimum <= value <= maximum:
+        raise _int_error(name, value, minimum, maximum, "")
     return value
 
 
-def check_optional_int(name: str, value: object, *, minimum: int = 0) -> int | None:
-    """An ``int >= minimum``, or None (no limit)."""
+def check_optional_int(
+    name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT
+) -> int | None:
+    """An ``int`` in ``[minimum, maximum]``, or None (no limit)."""
     if value is None:
         return None
-    if not _is_int(value) or value < minimum:
-        raise InvalidInput(f"{name} must be an int >= {minimum} or None, got {value!r}")
+    if not _is_int(value) or not minimum <= value <= maximum:
+        raise _int_error(name, value, minimum, maximum, " or None")
     return value
 
 
 def check_count(name: str, value: object) -> int:
-    """An ``int >= 0``, or None given as -1 (no limit: the scripts' convention)."""
+    """An ``int`` in ``[0, MAX_INT]``, or None given as -1 (no limit: the
+    scripts' convention)."""
     count = check_optional_int(name, value)
     return -1 if count is None else count
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_optional_number(name: str, value: object) -> float | None:
+    """A finite number (``int`` or ``float``, not ``bool``, ``nan`` or
+    ``±inf``) as a ``float``, or None."""
+    if value is None:
+        return None
+    if not _is_number(value) or not _finite(value):
+        raise InvalidInput(f"{name} must be a finite number or None, got {_shown(value)}")
+    return float(value)
+
+
+def check_seconds(name: str, value: object) -> float:
+    """A finite number of seconds ``>= 0`` as a ``float``."""
+    if not _is_number(value) or not _finite(value) or value < 0:
+        raise InvalidInput(f"{name} must be a finite number of seconds >= 0, got {_shown(value)}")
+    return float(value)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
 
 
 def check_fraction(name: str, value: object) -> float:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import env
+from .checks import check_optional_int
 from .connection import CallPolicy
 from .consolidators import consolidator_from_env
 from .embeddings import Embedder, resolve_embedder
@@ -97,10 +98,7 @@ def _positive_seconds(name: str, value: object) -> None:
 
 
 def _optional_positive_int(name: str, value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InvalidInput(f"{name} must be a positive int or None, got {value!r}")
+    check_optional_int(name, value, minimum=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,12 +163,7 @@ class MemoryConfig:
         _optional_positive_int("max_messages", self.max_messages)
         _optional_positive_int("max_message_bytes", self.max_message_bytes)
         _optional_positive_int("summarize_batch", self.summarize_batch)
-        if self.keep_recent is not None and (
-            not isinstance(self.keep_recent, int)
-            or isinstance(self.keep_recent, bool)
-            or self.keep_recent < 0
-        ):
-            raise InvalidInput(f"keep_recent must be an int >= 0 or None, got {self.keep_recent!r}")
+        check_optional_int("keep_recent", self.keep_recent)
         if not callable(self.tokenizer):
             raise InvalidInput("tokenizer must be a callable str -> int")
         for hook in ("on_read", "on_write"):

@@ -37,7 +37,13 @@ import msgpack
 
 from . import codec, ranking
 from .analysis import terms
-from .checks import check_optional_str, check_tags, check_time_ms
+from .checks import (
+    check_optional_number,
+    check_optional_str,
+    check_seconds,
+    check_tags,
+    check_time_ms,
+)
 from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
@@ -307,10 +313,7 @@ async def search(
     uid = validate_id(user_id, "user_id")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be an int in [1, {MAX_LIMIT}], got {limit!r}")
-    if min_score is not None and (
-        not isinstance(min_score, int | float) or isinstance(min_score, bool)
-    ):
-        raise InvalidInput(f"min_score must be a number or None, got {min_score!r}")
+    min_score = check_optional_number("min_score", min_score)
     filters = []
     if session_id is not None:
         filters.append(session_filter_suffix(validate_id(session_id, "session_id")))
@@ -536,9 +539,7 @@ def _session_id_of(memory: Memory, keys: SessionKeys) -> str:
 
 async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:  # noqa: ASYNC109
     """See ``Memory.flush``."""
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
-        raise InvalidInput(f"timeout must be seconds >= 0, got {timeout!r}")
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + check_seconds("timeout", timeout)
     since_ms = time.time() * 1000
     waiting = await _due_sessions(memory, user_id)
     delay = 0.01

@@ -40,6 +40,11 @@ def check_json_value(value: object, where: str = "value") -> None:
     """Raise ``ValueError`` naming the path of the first part of ``value``
     that would not round-trip (see the module docstring); return None if all do.
 
+    Lists and dicts may nest ``MAX_DEPTH`` (32) deep, ``value`` itself
+    counting as one: message metadata may hold 31 more levels inside its
+    dict; the 33rd container is refused ("nests more than 32 lists and
+    dicts"), as the README's limits section says.
+
     ``where`` names ``value`` in the message (e.g. ``"metadata"``).
     """
     _check(value, where, 0)

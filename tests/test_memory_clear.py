@@ -97,9 +97,7 @@ async def test_clear_all_removes_the_namespace_and_nothing_outside(make_memory, 
     mem = await make_memory()
     # The jobs still queued for this namespace's users go with the users; the
     # sibling namespace's job stays.
-    own_jobs = [
-        f"arq:job:{user_jobs(namespace, uid)}".encode() for uid in ("alice", "bob", "*")
-    ]
+    own_jobs = [f"arq:job:{user_jobs(namespace, uid)}".encode() for uid in ("alice", "bob", "*")]
     # Every key holding the namespace anywhere (the test's keys: the server is shared).
     everything_before = await snapshot(raw, f"*{namespace}*")
     outside_before = {
