@@ -10,6 +10,14 @@ The behaviour suite runs every test twice through ``backend_url``:
 
 Async fixtures here run on the test's own event loop (``loop_scope="function"``)
 because redis-py connections are bound to the loop that opened them.
+
+No test leaves keys behind: ``_no_keys_left`` (autouse) compares the keys of
+the session's server before and after each test (fixtures torn down) and
+fails the test's teardown, naming every key it left (its namespace's, the
+queue side's ``redismem/*``, arq's ``arq:*``, anything), then deletes them so
+the next test starts clean. A test that snapshots Redis state snapshots its
+own keys only (``helpers.snapshot`` refuses ``*``): the suite shares one
+server, where other tests' keys come and go.
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ REDIS_BIN = shutil.which("redis-server")
 #: URL -> the launcher of the server group behind it (cleanup needs it).
 _LAUNCHED: dict[str, LocalCluster | LocalSentinel | ServerProcess] = {}
 TEST_URL_ENV = "REDISMEM_TEST_URL"
+#: Where keys outside every namespace start: the work queue's and arq's.
+QUEUE_SIDE = ("redismem/", "arq:")
 REDISMEM_ENV = ("REDISMEM_URL", "REDISMEM_NAMESPACE", "REDISMEM_TTL", "REDISMEM_QUEUE_URL")
 NO_SERVER = (
     "the behaviour tests need a real Redis 7: no `redis-server` binary is on PATH and "
@@ -165,6 +175,11 @@ def start_redis_server(
     pytest.fail(f"redis-server did not start in {directory}:\n{last_log}", pytrace=False)
 
 
+#: The session's own ``redis-server`` (``redis_url``), once started: the
+#: server whose every key ``_no_keys_left`` accounts for.
+_SHARED: dict[str, str] = {}
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real Redis server: ``$REDISMEM_TEST_URL`` or one started for this session."""
@@ -182,10 +197,97 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if REDIS_BIN is None:
         pytest.fail(NO_SERVER, pytrace=False)
     server = start_redis_server(tmp_path_factory.mktemp("redis-server"))
+    _SHARED["url"] = server.url
     try:
         yield server.url
     finally:
+        _SHARED.clear()
         server.stop()
+
+
+def _server_keys(url: str, pattern: str = "*") -> set[bytes] | None:
+    """Every key matching ``pattern`` on ``url`` (SCAN), or ``None`` when the
+    server does not answer."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        return set(client.scan_iter(match=pattern, count=1000))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return None
+    finally:
+        client.close()
+
+
+def _describe_keys(url: str, keys: set[bytes], limit: int = 40) -> str:
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        lines = [
+            f"  {key!r} ({client.type(key).decode()}, pttl {client.pttl(key)})"
+            for key in sorted(keys)[:limit]
+        ]
+    finally:
+        client.close()
+    if len(keys) > limit:
+        lines.append(f"  ... and {len(keys) - limit} more")
+    return "\n".join(lines)
+
+
+def _unlink(url: str, keys: set[bytes]) -> None:
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        for key in keys:
+            client.unlink(key)
+    finally:
+        client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item (``_no_keys_left`` reads the call's)."""
+    report = yield
+    setattr(item, f"_report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _no_keys_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test (at teardown) if it leaves any key on the session's
+    ``redis-server``: keys there after every fixture of the test is torn
+    down that were not there before it started. Tests run one at a time,
+    so every new key is the test's own. The keys are deleted either way; a
+    test that failed is not blamed again for what it left.
+
+    On a server named by ``$REDISMEM_TEST_URL`` (possibly shared with
+    others) only the keys holding the test's namespace are checked."""
+    url = _SHARED.get("url")
+    before = _server_keys(url) if url else set()
+    yield
+    pattern = "*"
+    external = os.environ.get(TEST_URL_ENV)
+    if external:
+        if "namespace" not in request.fixturenames:
+            return
+        url, before = external, set()
+        pattern = f"*{request.getfixturevalue('namespace')}*"
+    elif url is None:
+        url = _SHARED.get("url")  # started during this test: it was empty
+    if url is None or before is None:
+        return
+    after = _server_keys(url, pattern)
+    if not after:
+        return
+    left = after - before
+    if not left:
+        return
+    description = _describe_keys(url, left)
+    _unlink(url, left)
+    call = getattr(request.node, "_report_call", None)
+    if call is not None and call.failed:
+        return
+    pytest.fail(
+        f"the test left {len(left)} key(s) on the test server ({url}); a fixture or the "
+        f"test must delete what it creates (now deleted):\n{description}",
+        pytrace=False,
+    )
 
 
 @pytest.fixture
@@ -210,9 +312,16 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]
 
 
 @pytest.fixture
-def namespace() -> str:
-    """A namespace no other test uses: ``t`` + 12 hex digits."""
-    return f"t{uuid.uuid4().hex[:12]}"
+def namespace() -> Iterator[str]:
+    """A namespace no other test uses: ``t`` + 12 hex digits. At teardown,
+    every key holding it on the session's ``redis-server`` is deleted, and
+    the test's jobs in shared queues, whatever made them (the ``Memory``
+    fixtures clean the other servers they touched)."""
+    value = f"t{uuid.uuid4().hex[:12]}"
+    yield value
+    url = _SHARED.get("url")
+    if url is not None:
+        _forget_keys(url, f"*{value}*")
 
 
 #: Every test taking ``backend_url`` runs on these.
@@ -355,14 +464,27 @@ async def _delete_matching(url: str, pattern: str) -> None:
     if isinstance(launcher, LocalCluster | LocalSentinel):
         await asyncio.to_thread(launcher.delete_matching, pattern)
         return
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=1)
+    await asyncio.to_thread(_forget_keys, url, pattern)
+
+
+def _forget_keys(url: str, pattern: str) -> None:
+    """Delete every key matching ``pattern`` on a standalone server, and the
+    members matching it in the queue side's sorted sets: a test's jobs in a
+    shared queue (the default ``redismem/queue``) hold its namespace in their
+    ids, the queue's name does not."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=30)
     try:
-        async for key in client.scan_iter(match=pattern, count=1000):
-            await client.unlink(key)
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.unlink(key)
+        for prefix in QUEUE_SIDE:
+            for key in client.scan_iter(match=f"{prefix}*", count=1000, _type="zset"):
+                members = [m for m, _ in client.zscan_iter(key, match=pattern, count=1000)]
+                if members:
+                    client.zrem(key, *members)
     except (redis.ConnectionError, redis.TimeoutError):
         pass  # the server is gone (a test killed it): nothing left to clean
     finally:
-        await client.aclose()
+        client.close()
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -377,6 +499,9 @@ async def memory_factory(_tracker: _Tracker, request: pytest.FixtureRequest) -> 
         if isinstance(_LAUNCHED.get(url), LocalCluster):
             # The work queue (arq) cannot live on a cluster.
             options.setdefault("queue_url", request.getfixturevalue("redis_url"))
+        queue_url = options.get("queue_url")
+        if isinstance(queue_url, str) and not queue_url.startswith("memory://"):
+            _tracker.real_urls.add(queue_url)  # the test's jobs are deleted there too
         memory = await Memory.connect(url, **options)
         _tracker.memories.append(memory)
         return memory
@@ -425,8 +550,10 @@ def is_embedded(backend_url: str) -> bool:
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[WorkerPool]:
-    """Real worker processes (``WorkerPool``), always reaped at teardown."""
+def workers(tmp_path: Path, namespace: str) -> Iterator[WorkerPool]:
+    """Real worker processes (``WorkerPool``), always reaped at teardown:
+    before the ``namespace`` fixture deletes the test's keys, so no worker
+    writes one (a heartbeat, a job) after that."""
     pool = WorkerPool(tmp_path / "workers")
     try:
         yield pool

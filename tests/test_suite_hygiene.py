@@ -3,8 +3,17 @@ shared), and leaves none behind."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from helpers import keys_matching, pttls, snapshot
+
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.mark.parametrize("pattern", ["*", "**", ""])
@@ -14,3 +23,77 @@ async def test_a_snapshot_of_the_whole_database_is_refused(pattern: str) -> None
     for look in (snapshot, keys_matching, pttls):
         with pytest.raises(ValueError, match="whole shared database"):
             await look(None, pattern)
+
+
+INNER_TESTS = """
+import redis
+
+
+def _client(url):
+    return redis.Redis.from_url(url)
+
+
+def test_leaves_queue_keys(redis_url):
+    with _client(redis_url) as r:
+        r.set("redismem/queue-x:health-check", b"alive", px=60_000)
+        r.zadd("arq:queue-x", {"job": 1})
+
+
+def test_cleans_up(redis_url):
+    with _client(redis_url) as r:
+        r.set("arq:job:y", b"y")
+        r.delete("arq:job:y")
+
+
+def test_its_namespace_and_jobs_go_with_the_namespace_fixture(redis_url, namespace):
+    with _client(redis_url) as r:
+        r.set(f"{namespace}:{{u:a}}:s:s:msgs", b"m")
+        r.set(f"arq:job:sum:{namespace}:a:s:1", b"job")
+        r.zadd("redismem/queue", {f"sum:{namespace}:a:s:1": 1})
+
+
+def test_fails_and_leaves_a_key(redis_url):
+    with _client(redis_url) as r:
+        r.set("arq:left-by-a-failure", b"x")
+    assert False, "a failing test"
+
+
+def test_the_next_test_finds_an_empty_server(redis_url):
+    with _client(redis_url) as r:
+        assert r.dbsize() == 0
+"""
+
+
+def test_a_test_that_leaves_keys_fails_at_teardown_naming_them(tmp_path: Path) -> None:
+    """An inner pytest run with this suite's conftest: a test that leaves
+    keys (queue side, arq) errors at teardown with the keys named; keys of
+    its namespace and its jobs in a shared queue go with the ``namespace``
+    fixture; a failing test is not blamed twice; the next test starts on an
+    empty server."""
+    inner = tmp_path / "tests"
+    shutil.copytree(TESTS / "helpers", inner / "helpers")
+    for name in ("conftest.py", "servers.py", "worker_support.py"):
+        shutil.copy(TESTS / name, inner / name)
+    (inner / "test_inner.py").write_text(INNER_TESTS)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDISMEM_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rE", str(inner)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert re.search(r"\b1 failed, 4 passed, 1 error\b", out), out
+    # Only the leak is an error: the failing test's key was deleted without
+    # a second report, and the last test found the server empty.
+    [error] = re.findall(r"ERROR at teardown of (\w+)", out)
+    assert error == "test_leaves_queue_keys", out
+    assert "the test left 2 key(s)" in out, out
+    assert "b'redismem/queue-x:health-check' (string, pttl" in out, out
+    assert "b'arq:queue-x' (zset, pttl -1)" in out, out

@@ -188,10 +188,10 @@ def test_tls_and_the_embedded_backend_keep_redis_py_alone() -> None:
 
 
 async def test_memory_keeps_its_guarantees_when_its_hot_path_connection_is_killed(
-    redis_url: str, admin: aioredis.Redis
+    redis_url: str, admin: aioredis.Redis, namespace: str
 ) -> None:
     """Writes in flight on a killed connection are retried and stored once."""
-    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    memory = await Memory.connect(redis_url, namespace=namespace)
     try:
         await memory.write([{"role": "user", "content": "warm"}], session_id="s")
 
@@ -242,7 +242,7 @@ async def test_a_call_past_its_deadline_fails_every_waiting_call_and_the_link_re
     assert await link.execute("PING", deadline=loop.time() + 1) == b"PONG"
 
 
-def test_the_hot_path_runs_on_uvloop(redis_url: str) -> None:
+def test_the_hot_path_runs_on_uvloop(redis_url: str, namespace: str) -> None:
     """Servers often run on uvloop (uvicorn does when it is installed), whose
     transports are not ``asyncio.Transport`` subclasses: writes, reads and a
     killed connection behave as on asyncio's own loop."""
@@ -250,7 +250,7 @@ def test_the_hot_path_runs_on_uvloop(redis_url: str) -> None:
 
     async def scenario() -> None:
         admin = aioredis.Redis.from_url(redis_url)
-        memory = await Memory.connect(redis_url, namespace=f"uv-{uuid.uuid4().hex[:8]}")
+        memory = await Memory.connect(redis_url, namespace=namespace)
         try:
 
             async def writer(n: int) -> None:
@@ -312,11 +312,11 @@ async def test_evalsha_now_sends_at_once_and_falls_back_when_not_connected(
 
 
 async def test_trouble_sending_early_is_left_to_the_call_policy(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, namespace: str
 ) -> None:
     """An early send that raises does not surface a raw redis-py error: the
     call's attempts under the policy run it as usual."""
-    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    memory = await Memory.connect(redis_url, namespace=namespace)
     try:
         await memory.write([{"role": "user", "content": "warm"}], session_id="s")
 
@@ -332,12 +332,12 @@ async def test_trouble_sending_early_is_left_to_the_call_policy(
 
 
 async def test_dated_writes_re_sent_after_killed_connections_keep_one_copy_and_their_time(
-    redis_url: str, admin: aioredis.Redis
+    redis_url: str, admin: aioredis.Redis, namespace: str
 ) -> None:
     """``created_at`` rides the same exactly-once path: writes whose
     connection is killed under them are re-sent, stored once, each with the
     time it was given."""
-    memory = await Memory.connect(redis_url, namespace=f"tr-{uuid.uuid4().hex[:8]}")
+    memory = await Memory.connect(redis_url, namespace=namespace)
     start = datetime(2023, 5, 8, tzinfo=UTC)
     try:
         await memory.write([{"role": "user", "content": "warm"}], session_id="warm")
