@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .checks import check_int, check_optional_number, check_tags, check_write_id
+from .checks import check_int, check_tags, check_write_id
 from .codec import ms_to_datetime
 from .errors import CorruptData, InvalidInput, VersionConflict
 from .keys import validate_id
@@ -518,6 +518,7 @@ class Memories:
         then the records brought in line with it (see ``_settle``)."""
         slot = await self._slot(uid, _slot_key(new))
         said = _said(new)
+        replaced: str | None = None  # a record the consolidator deleted for this one
         current = None
         if slot.current is not None and slot.current != new.id:
             current = await self._get(uid, slot.current)
@@ -539,6 +540,7 @@ class Memories:
                 decided = await self._consult(uid, new, op, guard)
                 if decided is not None and decided.outcome in ("noop", "updated"):
                     return decided
+                replaced = decided.other if decided is not None else None
             held = slot.said if slot.said is not None else _said_of(current)
             # Said at the same moment (one message, two values): the later
             # add wins, as the later clause of the message does.
@@ -548,15 +550,21 @@ class Memories:
                 written = await self._write_slot(uid, slot, new.id, said, members, guard)
             else:
                 written = await self._write_slot(uid, slot, slot.current, held, members, guard)
-            if not written:
+            if written is None:
                 return None
-            slot = await self._slot(uid, slot.key)
+            slot = written
+        settled = slot.version
+        resent = mine is not None
         if mine is None:
             if slot.current == new.id:
                 # The old value goes first: never two current values at once.
-                previous = await self._settle(uid, slot, guard, arriving=new.id)
-                if previous is None:
+                done = await self._settle(uid, slot, guard, arriving=new.id)
+                if done is None:
                     return None
+                previous, held_still = done
+                # A slot that moved on to another value meanwhile was settled
+                # without this record (not stored yet): settle after the put.
+                settled = held_still.version if held_still.current == new.id else -1
                 record = new.model_copy(update={"supersedes": previous or None})
                 change, reason = "added", ""
             else:
@@ -581,14 +589,19 @@ class Memories:
                 raise VersionConflict(f"memory {new.id!r}", 0, 0)
             mine = got
         await self._point(uid, text_key, new.id, text_version, guard)
-        if await self._settle(uid, await self._slot(uid, slot.key), guard) is None:
-            return None
-        got = await self._get(uid, new.id)
-        final = got.record if got is not None else mine.record
+        # Settle again unless the slot held still since it was last settled:
+        # a writer that moved it meanwhile may have missed this record.
+        again = await self._slot(uid, slot.key)
+        if again.version != settled or resent:
+            if await self._settle(uid, again, guard) is None:
+                return None
+            got = await self._get(uid, new.id)
+            mine = got if got is not None else mine
+        final = mine.record
         if slot.current != new.id and final.status == "superseded":
             return AddResult(final, "outdated", final.superseded_by)
         outcome: AddOutcome = "superseded" if final.supersedes else "added"
-        return AddResult(final, outcome, final.supersedes)
+        return AddResult(final, outcome, final.supersedes or replaced)
 
     async def _slot(self, uid: str, key: str) -> _Slot:
         item = await self._memory.store.get((uid, LOOKUPS), key)
@@ -621,9 +634,9 @@ class Memories:
         said: tuple[int, str] | None,
         members: list[str],
         guard: tuple[str, str] | None,
-    ) -> bool:
-        """Compare-and-set the slot: ``VersionConflict`` when it moved; False
-        when the guard refused (the session is gone)."""
+    ) -> _Slot | None:
+        """Compare-and-set the slot: the slot as written; ``VersionConflict``
+        when it moved; None when the guard refused (the session is gone)."""
         put = await self._memory.store.put_guarded(
             (uid, LOOKUPS),
             slot.key,
@@ -633,7 +646,9 @@ class Memories:
             if_version=slot.version,
             guard=guard,
         )
-        return put is not None
+        if put is None:
+            return None
+        return _Slot(slot.key, put.version, current, said, members)
 
     async def _raise_said(
         self, uid: str, record: MemoryRecord, said: tuple[int, str], guard: tuple[str, str] | None
@@ -659,14 +674,15 @@ class Memories:
         guard: tuple[str, str] | None,
         *,
         arriving: str | None = None,
-    ) -> str | None:
+    ) -> tuple[str, _Slot] | None:
         """Bring the slot's records in line with it: every active record
         but the current one superseded by it, first; then the current one
         active again if a stale settle had superseded it. Repeated until
         the slot holds still, so whoever changed it last settles last.
-        Returns the id of the value the current one replaced (``""``: none),
-        or None when the guard refused. ``arriving``: the current record is
-        being added or restored by the caller, who makes it active."""
+        Returns the id of the value the current one replaced (``""``: none)
+        and the slot as settled, or None when the guard refused.
+        ``arriving``: the current record is being added or restored by the
+        caller, who makes it active."""
         previous = ""
         for _round in range(_MAX_TRIES):
             stored = await asyncio.gather(*(self._get(uid, m) for m in slot.members))
@@ -723,7 +739,7 @@ class Memories:
                 )
             again = await self._slot(uid, slot.key)
             if again.version == slot.version:
-                return previous
+                return previous, slot
             slot = again
         raise VersionConflict(f"memory slot {slot.key!r}", slot.version, 0)
 
@@ -736,8 +752,9 @@ class Memories:
         previous = slot.current if slot.current != record.id else None
         members = slot.members if record.id in slot.members else [*slot.members, record.id]
         now = int(time.time() * 1000)
-        await self._write_slot(uid, slot, record.id, (now, ""), members, None)
-        slot = await self._slot(uid, slot.key)
+        written = await self._write_slot(uid, slot, record.id, (now, ""), members, None)
+        assert written is not None  # only a guarded write is ever refused
+        slot = written
         # The old value goes first: never two current values at once.
         await self._settle(uid, slot, None, arriving=record.id)
         update: dict[str, Any] = {
@@ -1053,7 +1070,10 @@ class Memories:
         skip = check_int("offset", offset)
         if query is not None and not isinstance(query, str):
             raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
-        min_score = check_optional_number("min_score", min_score)
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float)
+        ):
+            raise InvalidInput("min_score must be a number or None")
         flt: dict[str, Any] = {}
         if wanted is not None:
             flt["kind"] = {"$in": wanted}

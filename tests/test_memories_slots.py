@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redismem import InvalidInput
+from redismem import InvalidInput, StoreUnavailable
 from redismem.extract import extract_pass
 from redismem.extractors import RuleExtractor
+from redismem.memories import Memories
 from redismem.memory_models import Fact, MemoryRecord, Provenance, normalize_predicate
 from redismem.recall import catch_up
 
@@ -158,7 +159,8 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
     """Random sequences of extraction (messages written with a time, indexed
     and extracted by the rule extractor), adds (now or dated), corrections,
     deletes, restores and purges: after every step, at most one active record
-    per (subject, single-valued predicate)."""
+    per (subject, single-valued predicate); a value added now or restored is
+    the current one."""
     mem = await make_memory(index=True)
     user = "u" + format(random.getrandbits(48), "x")
     known: list[str] = []
@@ -167,7 +169,10 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
             if op == "add":
                 value = (CITIES if a == "lives_in" else ORGS)[b % 2 if a == "works_at" else b]
                 fact = lives_in(value) if a == "lives_in" else works_at(value)
-                known.append((await mem.memories.add(user, fact)).record.id)
+                added = await mem.memories.add(user, fact)
+                known.append(added.record.id)
+                # Said now, after every dated statement: it is the current value.
+                assert await active_objects(mem, user, a) == [value]
             elif op == "dated":
                 fact = lives_in(CITIES[a], created_at=DAY0 + timedelta(days=b))
                 known.append((await mem.memories.add(user, fact)).record.id)
@@ -190,8 +195,9 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
                     await mem.memories.update(user, target, object=b, text=f"User: {b}.")
                 elif op == "delete":
                     await mem.memories.delete(user, target)
-                elif op == "restore":
-                    await mem.memories.restore(user, target)
+                elif op == "restore" and await mem.memories.restore(user, target):
+                    again = await mem.memories.get(user, target)
+                    assert again is not None and again.status == "active"
                 elif op == "purge":
                     await mem.memories.purge(user, target)
             assert_one_current_value(await every_record(mem, user))
@@ -354,3 +360,37 @@ async def test_racing_adds_restores_and_deletes_settle_to_one_current_value(make
     last = await mem.memories.add("alice", lives_in("Setubal"))
     assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
     assert last.outcome in ("added", "superseded")
+
+
+@pytest.mark.parametrize("dies_at", ["settled", "stored"])
+async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_at):
+    """An add dies after deciding the slot: before its record is stored
+    (after superseding the old value) or after it. Meanwhile at most one
+    value is active; re-sent with its write id, it finishes, once."""
+    mem = await make_memory()
+    old = (await mem.memories.add("alice", lives_in("Lisbon"))).record
+    memories = Memories(mem)
+    real_put = memories._put
+
+    async def dying_put(uid: str, record: MemoryRecord, **kwargs: Any) -> bool:
+        if record.id != old.id and dies_at == "settled":
+            raise StoreUnavailable("connection lost")
+        done = await real_put(uid, record, **kwargs)
+        if record.id != old.id:
+            raise StoreUnavailable("connection lost")
+        return done
+
+    memories._put = dying_put  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        await memories.add("alice", lives_in("Porto"), write_id="op-porto")
+    assert_one_current_value(await every_record(mem, "alice"))
+    again = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
+    assert again.outcome == "superseded" and again.other == old.id
+    assert await active_objects(mem, "alice", "lives_in") == ["Porto"]
+    retired = await mem.memories.get("alice", old.id)
+    assert retired is not None and retired.superseded_by == again.record.id
+    assert len(await every_record(mem, "alice")) == 2
+    assert len(await mem.memories.history("alice", again.record.id)) == 1
+    same = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
+    assert same.record.id == again.record.id
+    assert len(await mem.memories.history("alice", again.record.id)) == 1
