@@ -481,7 +481,9 @@ class Memories:
                     await self._memory.store.purge_item((uid, RECORDS), new.id)
                 return result
         if isinstance(new, Fact) and new.is_single_valued():
-            return await self._add_to_slot(uid, new, mine, op, guard, text_key, same_version)
+            return await self._add_to_slot(
+                uid, new, mine, op, guard, text_key, same_id, same_version
+            )
         if mine is not None and mine.record.status != "active":
             # This add finished long ago and its record changed since.
             return AddResult(mine.record, "added")
@@ -512,10 +514,12 @@ class Memories:
         op: str,
         guard: tuple[str, str] | None,
         text_key: str,
+        same_id: str | None,
         text_version: int,
     ) -> AddResult | None:
         """Add a single-valued fact: decided on the slot (compare-and-set),
-        then the records brought in line with it (see ``_settle``)."""
+        then the records brought in line with it (see ``_settle``).
+        ``same_id``: the record the text lookup names (of the same text)."""
         slot = await self._slot(uid, _slot_key(new))
         said = _said(new)
         replaced: str | None = None  # a record the consolidator deleted for this one
@@ -545,6 +549,17 @@ class Memories:
             # Said at the same moment (one message, two values): the later
             # add wins, as the later clause of the message does.
             newer = not live or held is None or said >= held
+            if not newer and mine is None and same_id in slot.members:
+                # An old statement of a value in the history, in the same
+                # words: one more source of that record, no copy.
+                assert same_id is not None
+                earlier = await self._get(uid, same_id)
+                if (
+                    earlier is not None
+                    and earlier.record.status == "superseded"
+                    and normalize_text(earlier.record.text) == normalize_text(new.text)
+                ):
+                    return await self._add_source(uid, earlier, new, op, guard, "outdated")
             members = [*slot.members, new.id]
             if newer:
                 written = await self._write_slot(uid, slot, new.id, said, members, guard)

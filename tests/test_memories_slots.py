@@ -265,6 +265,10 @@ async def test_an_older_statement_goes_straight_into_history(make_memory):
     assert (old.record.status, old.record.superseded_by) == ("superseded", now.id)
     assert [c.change for c in await mem.memories.history("alice", old.record.id)] == ["added"]
     assert await active_objects(mem, "alice", "lives_in") == ["Porto"]
+    # The same old statement again, in the same words: one more source, no copy.
+    again = await mem.memories.add("alice", lives_in("Lisbon", created_at=DAY0 - timedelta(days=2)))
+    assert again.outcome == "outdated" and again.record.id == old.record.id
+    assert len(again.record.sources) == 2 and again.record.status == "superseded"
     # Said at the same time: the message id decides.
     same = DAY0 + timedelta(days=1)
     first = Provenance(message_ids=["000000000004"], at=same)
