@@ -15,6 +15,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from helpers import client_kill_storm, user
+from worker_support import eventually
 
 from redismem import Memory, StoreError, StoreFull, StoreUnavailable
 
@@ -251,7 +252,13 @@ async def test_clear_all_leaves_the_shared_work_queue_alone(redis_url, memory_fa
             await memory.write([user(f"m{i}")], session_id=SID)
     queue = mem.config.queue_name
     raw = mem.redis
-    jobs_before = await raw.zrange(queue, 0, -1)
+
+    async def both_queued() -> list[bytes] | None:
+        jobs: list[bytes] = await raw.zrange(queue, 0, -1)
+        return jobs if len(jobs) >= 2 else None
+
+    # The writes enqueue in the background: wait for both jobs, however slow.
+    jobs_before = await eventually(both_queued, what="both sessions' jobs on the queue")
     assert len(jobs_before) == 2
 
     await mem.clear_all()
