@@ -10,11 +10,9 @@ O(N) whatever the session length.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 from collections.abc import (
-    AsyncIterator,
     Awaitable,
     Callable,
     Collection,
@@ -35,7 +33,7 @@ from .checks import check_message_list, check_optional_str, check_time_ms, new_w
 from .checks import check_tags as _check_tags
 from .checks import check_write_id as _check_write_id
 from .config import MemoryConfig
-from .connection import describe_url, open_redis, scan_once
+from .connection import describe_url, open_redis
 from .counting import estimate_tokens, message_tokens
 from .errors import (
     ClientClosed,
@@ -987,18 +985,6 @@ class Memory:
 
         return await self.in_session(uid, sid, clear)
 
-    async def _scan(self, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
-        """Batches of the keys matching ``pattern`` (SCAN, never KEYS); with
-        ``key``, on a cluster only the node holding ``key``'s slot."""
-        cursor = "0"
-        while True:
-            cursor, batch = await self.call(
-                functools.partial(scan_once, cursor=cursor, pattern=pattern, key=key)
-            )
-            yield batch
-            if cursor == "0":
-                return
-
     async def clear_user(self, user_id: str) -> int:
         """Delete everything of one user: sessions, summaries, the recall
         index, long-term memories and store items, and the user's jobs still
@@ -1014,30 +1000,12 @@ class Memory:
         return await guard.clear_user(self, uid)
 
     async def clear_all(self) -> int:
-        """Delete every key of this namespace, and nothing outside it (the
-        work queue's keys lie outside every namespace): every user as
-        ``clear_user`` does, then what belongs to no user (LangGraph
-        threads)."""
+        """Delete every key of this namespace, and nothing outside it but the
+        namespace's jobs still waiting on the queue: every user as
+        ``clear_user`` does (just as final), then what belongs to no user
+        (LangGraph threads)."""
         self._check_open()
-        removed = 0
-        users: set[str] = set()
-        loose: list[bytes] = []
-        async for batch in self._scan(self.layout.namespace_pattern(), None):
-            for raw_key in batch:
-                try:
-                    users.add(self.layout.parse_key(raw_key.decode("utf-8")).user_id)
-                except (InvalidInput, UnicodeDecodeError):
-                    loose.append(raw_key)
-        for uid in sorted(users):
-            removed += await guard.clear_user(self, uid)
-        for start in range(0, len(loose), 1000):
-            removed += await self.call(functools.partial(_unlink, keys=loose[start : start + 1000]))
-        return removed
-
-    async def forget_queued(self, user_id: str) -> None:
-        """Remove the user's jobs still waiting on the queue and its failure
-        records (``clear_user``): no queue-side key keeps the user's id."""
-        await self.queue.forget_user(self.layout, user_id)
+        return await guard.clear_all(self)
 
     @property
     def queue(self) -> SummaryQueue:
@@ -1051,8 +1019,3 @@ class Memory:
                 policy=self._policy.for_url(queue_url),
             )
         return self._queue
-
-
-async def _unlink(redis: Any, *, keys: list[bytes]) -> int:
-    removed: int = await redis.unlink(*keys)
-    return removed

@@ -41,11 +41,12 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .connection import scan_once
 from .errors import EpochMoved, InvalidInput, StoreError
+from .keys import KeyLayout, ParsedKey
 
 if TYPE_CHECKING:
     from .client import Memory
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GUARD_MIN_TTL_MS",
     "UserEpochs",
+    "clear_all",
     "clear_user",
     "current_epoch",
     "in_epoch",
@@ -72,6 +74,8 @@ _EPOCHS_KEPT = 65536
 _EPOCH_TRIES = 8
 #: Keys unlinked per command while reaping.
 _UNLINK_BATCH = 1000
+#: Keys SCAN examines per call while reaping (a user may have 10^5 keys).
+_SCAN_COUNT = 5000
 
 
 class UserEpochs:
@@ -141,16 +145,36 @@ def user_digest(namespace: str, user_id: str) -> str:
 
 async def clear_user(memory: Memory, user_id: str) -> int:
     """See ``Memory.clear_user``. Returns the number of keys deleted."""
-    layout = memory.layout
-    guard = layout.guard(user_id)
-    epoch = await memory.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
-    memory.epochs.set(user_id, epoch)
+    epoch = await _new_epoch(memory, user_id)
     removed = await reap(memory, user_id, below=epoch)
-    await memory.forget_queued(user_id)
-    if await memory.scripts.drop_guard(
-        guard, epoch=epoch, roots=layout.epoch_roots(user_id, epoch)
-    ):
-        memory.epochs.set(user_id, 0)
+    await memory.queue.forget_user(memory.layout, user_id)
+    await _drop_guard(memory, user_id, epoch)
+    return removed
+
+
+async def clear_all(memory: Memory) -> int:
+    """See ``Memory.clear_all``: every user found as ``clear_user`` clears
+    one, in two passes over the namespace whatever the number of users; keys
+    of no user (LangGraph threads) are deleted as found."""
+    layout = memory.layout
+    epochs: dict[str, int] = {}
+    async for batch in _scan(memory, layout.namespace_pattern(), None):
+        for raw_key in batch:
+            parsed = _parsed(layout, raw_key)
+            if parsed is not None and parsed.user_id not in epochs:
+                epochs[parsed.user_id] = await _new_epoch(memory, parsed.user_id)
+
+    def doomed(raw_key: bytes) -> bool:
+        parsed = _parsed(layout, raw_key)
+        if parsed is None:
+            return True  # the namespace's, but no user's
+        below = epochs.get(parsed.user_id)
+        return below is not None and parsed.kind != "guard" and parsed.epoch < below
+
+    removed = await _delete(memory, layout.namespace_pattern(), None, doomed)
+    await memory.queue.forget_user(layout, None)
+    for user_id, epoch in epochs.items():
+        await _drop_guard(memory, user_id, epoch)
     return removed
 
 
@@ -158,30 +182,62 @@ async def reap(memory: Memory, user_id: str, *, below: int) -> int:
     """Delete every key of the user's epochs before ``below`` (no script can
     reach them any more: see the module docstring). Returns how many."""
     layout = memory.layout
-    guard = layout.guard(user_id)
-    removed = 0
-    doomed: list[bytes] = []
+
+    def doomed(raw_key: bytes) -> bool:
+        parsed = _parsed(layout, raw_key)
+        # A key this layout does not build is not ours to delete.
+        return parsed is not None and parsed.kind != "guard" and parsed.epoch < below
+
+    return await _delete(memory, layout.user_pattern(user_id), layout.guard(user_id), doomed)
+
+
+async def _new_epoch(memory: Memory, user_id: str) -> int:
+    guard = memory.layout.guard(user_id)
+    epoch = await memory.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
+    memory.epochs.set(user_id, epoch)
+    return epoch
+
+
+async def _drop_guard(memory: Memory, user_id: str, epoch: int) -> None:
+    layout = memory.layout
+    roots = layout.epoch_roots(user_id, epoch)
+    if await memory.scripts.drop_guard(layout.guard(user_id), epoch=epoch, roots=roots):
+        memory.epochs.set(user_id, 0)
+
+
+def _parsed(layout: KeyLayout, raw_key: bytes) -> ParsedKey | None:
+    try:
+        return layout.parse_key(raw_key.decode("utf-8"))
+    except (InvalidInput, UnicodeDecodeError):
+        return None
+
+
+async def _scan(memory: Memory, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
     cursor = "0"
     while True:
-        cursor, batch = await memory.call(
-            functools.partial(
-                scan_once, cursor=cursor, pattern=layout.user_pattern(user_id), key=guard
-            )
+        step = functools.partial(
+            scan_once, cursor=cursor, pattern=pattern, key=key, count=_SCAN_COUNT
         )
-        for raw_key in batch:
-            try:
-                parsed = layout.parse_key(raw_key.decode("utf-8"))
-            except (InvalidInput, UnicodeDecodeError):
-                continue  # not a key this layout builds: not ours to delete
-            if parsed.kind != "guard" and parsed.epoch < below:
-                doomed.append(raw_key)
-        while len(doomed) >= _UNLINK_BATCH:
-            removed += await _unlink_batch(memory, doomed[:_UNLINK_BATCH])
-            del doomed[:_UNLINK_BATCH]
+        cursor, batch = await memory.call(step)
+        yield batch
         if cursor == "0":
-            break
-    if doomed:
-        removed += await _unlink_batch(memory, doomed)
+            return
+
+
+async def _delete(
+    memory: Memory, pattern: str, key: str | None, doomed: Callable[[bytes], bool]
+) -> int:
+    """UNLINK, in batches, the keys matching ``pattern`` that are ``doomed``
+    (on a cluster, with ``key``: on the node of its slot only)."""
+    removed = 0
+    found: list[bytes] = []
+    async for batch in _scan(memory, pattern, key):
+        found += [raw_key for raw_key in batch if doomed(raw_key)]
+        while len(found) >= _UNLINK_BATCH:
+            removed += await _unlink_batch(memory, found[:_UNLINK_BATCH])
+            del found[:_UNLINK_BATCH]
+    if found:
+        removed += await _unlink_batch(memory, found)
     return removed
 
 

@@ -197,15 +197,16 @@ class SummaryQueue:
         )
         return job is not None
 
-    async def forget_user(self, layout: KeyLayout, user_id: str) -> int:
-        """Remove the user's jobs still waiting on the queue (a job already
-        running finds the user cleared and changes nothing) and the user's
-        failure records. Returns the number of jobs removed."""
+    async def forget_user(self, layout: KeyLayout, user_id: str | None) -> int:
+        """Remove the jobs still waiting on the queue of one user (None:
+        every user of the namespace) and their failure records; a job already
+        running finds its user cleared and changes nothing. Returns the
+        number of jobs removed."""
         return int(
             await self._policy.run(functools.partial(self._forget_user, self.pool, layout, user_id))
         )
 
-    async def _forget_user(self, redis: Any, layout: KeyLayout, user_id: str) -> int:
+    async def _forget_user(self, redis: Any, layout: KeyLayout, user_id: str | None) -> int:
         from arq.constants import (
             in_progress_key_prefix,
             job_key_prefix,
@@ -213,7 +214,10 @@ class SummaryQueue:
             retry_key_prefix,
         )
 
-        pattern = user_jobs(layout.namespace, user_id) + "*"
+        if user_id is None:
+            pattern = f"sum:{layout.namespace}:*"
+        else:
+            pattern = user_jobs(layout.namespace, user_id) + "*"
         removed = 0
         with redis_errors(self._url):
             async for raw in redis.zscan_iter(self._queue_name, match=pattern, count=1000):
@@ -232,7 +236,7 @@ class SummaryQueue:
                     user = unpack_job(record).get("user")
                 except Exception:
                     continue
-                if user == user_id:
+                if user_id is None or user == user_id:
                     await redis.lrem(failures, 0, record)
         return removed
 

@@ -70,6 +70,70 @@ async def test_clear_user_removes_every_key_of_the_user_and_nothing_else(
     assert await mem.clear_user("alice") == 0
 
 
+async def test_another_client_sees_a_cleared_user_as_cleared_and_writes_after_it(make_memory, raw):
+    """A client that last saw the user before another process cleared it:
+    its reads find nothing of before, its writes land after the clear (and
+    are kept), whatever it had remembered."""
+    a = await make_memory()
+    b = await make_memory()
+    await a.write([user("before")], session_id="s", user_id="u", tags={"k": "v"})
+    await a.store.put(("u", "notes"), "n", {"text": "before"})
+    assert [m.content for m in await a.read(session_id="s", user_id="u")] == ["before"]
+
+    await b.clear_user("u")
+    assert await a.read(session_id="s", user_id="u") == []
+    assert await a.store.get(("u", "notes"), "n") is None
+    assert await a.sessions(user_id="u") == []
+    await a.write([user("after")], session_id="s", user_id="u", tags={"k": "w"})
+    await a.store.put(("u", "notes"), "m", {"text": "after"})
+    for client in (a, b):
+        assert [m.content for m in await client.read(session_id="s", user_id="u")] == ["after"]
+        assert [s.tags for s in await client.sessions(user_id="u")] == [{"k": "w"}]
+        assert await client.sessions(user_id="u", tags={"k": "v"}) == []
+        assert (await client.store.get(("u", "notes"), "m")).value == {"text": "after"}
+        assert await client.store.get(("u", "notes"), "n") is None
+        assert [
+            e.messages[0].content for e in await client.entries(session_id="s", user_id="u")
+        ] == ["after"]
+    # Nothing of the user is left but what was written after the clear.
+    await a.clear_user("u")
+    assert await keys_matching(raw, a.layout.user_pattern("u")) == []
+    assert await b.read(session_id="s", user_id="u") == []
+
+
+async def test_a_client_behind_a_new_epoch_reads_and_writes_in_it(make_memory, raw):
+    """The user came back during a clear (its guard stays, in a new epoch):
+    a client that remembers the old epoch is refused by every script and
+    plain read, and goes on in the new one; nothing of the old is visible."""
+    from redismem.guard import GUARD_MIN_TTL_MS, reap
+
+    a = await make_memory()
+    b = await make_memory()
+    await a.write([user("before")], session_id="s", user_id="u")
+    await a.store.put(("u", "notes"), "n", {"text": "before"})
+    guard = b.layout.guard("u")
+    epoch = await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
+    b.epochs.set("u", epoch)
+    await b.write([user("during")], session_id="s", user_id="u")  # in the new epoch
+    assert await a.read(session_id="s", user_id="u") != []  # a goes on...
+    assert [m.content for m in await a.read(session_id="s", user_id="u")] == ["during"]
+    assert a.epochs.get("u") == epoch  # ...in the new epoch, told by the script
+    a.epochs.set("u", 0)
+    assert await a.store.get(("u", "notes"), "n") is None  # a plain read, guarded too
+    a.epochs.set("u", 0)
+    await a.write([user("after")], session_id="s", user_id="u")
+    a.epochs.set("u", 0)
+    assert [s.message_count for s in await a.sessions(user_id="u")] == [2]
+    assert [m.content for m in await b.read(session_id="s", user_id="u")] == ["during", "after"]
+    assert await reap(b, "u", below=epoch) > 0  # the old epoch's keys
+    for key in await keys_matching(raw, a.layout.user_pattern("u")):
+        parsed = a.layout.parse_key(key.decode())
+        assert parsed.kind == "guard" or parsed.epoch == epoch
+    assert await raw.pttl(guard) > 0
+    await a.clear_user("u")
+    assert await keys_matching(raw, a.layout.user_pattern("u")) == []
+
+
 async def test_clear_user_with_more_keys_than_one_scan_batch(make_memory, raw):
     mem = await make_memory(ttl=None, index=False)
     for i in range(160):

@@ -78,7 +78,7 @@ async def test_clear_user_while_workers_extract_leaves_nothing(
     try:
         for round_ in range(2):
             uid = f"dana{round_}"
-            for s in range(40):
+            for s in range(120):
                 await mem.write(
                     [{"role": "user", "content": FACTS[s % len(FACTS)]}],
                     session_id=f"s{s}",
@@ -350,3 +350,32 @@ async def test_a_worker_killed_mid_job_after_clear_user_resurrects_nothing(
         assert await mem.memories.search("u", status="any") == []
     finally:
         await mem.aclose()
+
+
+async def test_a_write_meeting_a_key_of_the_wrong_type_writes_nothing(
+    make_memory: Any, raw: Any
+) -> None:
+    """Defect 10: a session whose tags key had the wrong type failed the write
+    after its messages and entry were stored. Every key a write may touch is
+    checked before it writes anything."""
+    from redismem import CorruptData
+
+    mem = await make_memory()
+    await mem.write([{"role": "user", "content": "first"}], session_id="s", tags={"a": "1"})
+    keys = mem.layout.session("default", "s")
+    for victim in (keys.tags, keys.entries, keys.tagidx, keys.pending, keys.sessions):
+        saved = await raw.dump(victim)
+        ttl = await raw.pttl(victim)
+        before = {k: await raw.dump(k) for k in keys.all_session_keys()}
+        await raw.delete(victim)
+        await raw.set(victim, b"not mine")
+        with pytest.raises(CorruptData, match="is a string"):
+            await mem.write(
+                [{"role": "user", "content": "second"}], session_id="s", tags={"a": "2"}
+            )
+        await raw.delete(victim)
+        if saved is not None:
+            await raw.restore(victim, max(ttl, 0), saved)
+        after = {k: await raw.dump(k) for k in keys.all_session_keys()}
+        assert after == before, victim
+    assert [m.content for m in await mem.read(session_id="s")] == ["first"]

@@ -180,6 +180,32 @@ async def test_every_writer_at_once_under_kills(
             run.puts.append(run.end(user, None, n, before))
             await asyncio.sleep(run.rng.random() * 0.05)
 
+    checkpoints: list[tuple[str, str]] = []  # (thread, checkpoint id) acknowledged
+
+    async def checkpointer() -> None:
+        from redismem.adapters.langgraph import RedisMemSaver
+
+        saver = RedisMemSaver(mem)
+        while not stop.is_set():
+            thread, n = f"thread-{run.rng.randrange(3)}", run.next()
+            checkpoint: Any = {
+                "v": 1,
+                "id": f"{n:08d}",
+                "ts": "",
+                "channel_values": {"n": n},
+                "channel_versions": {"n": n},
+                "versions_seen": {},
+                "updated_channels": None,
+            }
+            config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            await retrying(
+                lambda config=config, checkpoint=checkpoint, n=n: saver.aput(
+                    config, checkpoint, {"step": n}, {"n": n}
+                )
+            )
+            checkpoints.append((thread, checkpoint["id"]))
+            await asyncio.sleep(run.rng.random() * 0.05)
+
     async def session_clearer() -> None:
         while not stop.is_set():
             await asyncio.sleep(0.2 + run.rng.random() * 0.4)
@@ -220,6 +246,7 @@ async def test_every_writer_at_once_under_kills(
                 user_clearer(),
                 session_clearer(),
                 putter(),
+                checkpointer(),
                 reader(),
                 *(writer() for _ in range(4)),
             )
@@ -230,6 +257,24 @@ async def test_every_writer_at_once_under_kills(
         for user in USERS:
             assert await mem.flush(user_id=user, timeout=90), f"flush of {user} (seed {run.seed})"
         await check(run, mem, raw)
+        # Threads are not users: clear_user leaves them, and every
+        # acknowledged checkpoint is there, its values whole.
+        from redismem.adapters.langgraph import RedisMemSaver
+
+        saver = RedisMemSaver(mem)
+        assert checkpoints
+        for thread, checkpoint_id in checkpoints:
+            config: Any = {
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+            found = await saver.aget_tuple(config)
+            assert found is not None, (thread, checkpoint_id, run.seed)
+            assert found.checkpoint["channel_values"] == {"n": int(checkpoint_id)}
+        await mem.clear_all()
     finally:
         await mem.aclose()
 

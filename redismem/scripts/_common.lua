@@ -194,6 +194,20 @@ local function corrupt(key, reason)
   return redis.error_reply('REDISMEM_CORRUPT ' .. key .. ' ' .. reason)
 end
 
+-- A script that fails halfway keeps what it wrote (Redis has no rollback):
+-- a write checks the type of every key it may write before it writes any.
+-- `expected` maps KEYS indexes to their Redis type. Returns an error reply
+-- to hand back, or nil.
+local function type_error(expected)
+  for i, kind in pairs(expected) do
+    local found = redis.call('TYPE', KEYS[i])['ok']
+    if found ~= 'none' and found ~= kind then
+      return corrupt(KEYS[i], 'is a ' .. found .. ', not a ' .. kind)
+    end
+  end
+  return nil
+end
+
 -- Check that the session's keys agree with each other; they only disagree
 -- when some were evicted (allkeys-* policies) or deleted apart. Returns an
 -- error reply to hand back, or nil. `meta` is {seq, dropped} or nil when the

@@ -38,6 +38,10 @@ local meta = load_meta()
 local len = redis.call('LLEN', KEYS[1])
 local broken = integrity_error(meta, len)
 if broken then return broken end
+-- The keys checked above (msgs, meta) and the write ids (written first)
+-- fail before anything is written; the others are checked here.
+broken = type_error({[3] = 'list', [4] = 'hash', [7] = 'zset', [8] = 'zset', [9] = 'zset'})
+if broken then return broken end
 
 local function pending_now()
   if (ARGV[6] ~= '' or recall_ttl ~= '') and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
