@@ -590,11 +590,12 @@ async def test_the_documented_user_is_refused_what_it_does_not_need(server: Serv
 
 
 async def test_on_a_cluster_the_user_needs_cluster_slots_and_nothing_more(
-    cluster: LocalCluster, redis_server_factory: Callable[..., RedisServer]
+    cluster_for_faults: LocalCluster, redis_server_factory: Callable[..., RedisServer]
 ) -> None:
     """The memory side on a cluster (every node holding the user), the queue
     on a standalone server: without the README's cluster line the client
     cannot read the slot map; with it, the client and the adapters run."""
+    cluster = cluster_for_faults  # healthy: every node up, every slot served
     queue_url = set_user(redis_server_factory(), documented_rule())
     url = f"redis+cluster://{USER}:{PASSWORD}@" + ",".join(
         f"{host}:{port}" for host, port in cluster.startup_nodes
@@ -627,11 +628,12 @@ async def test_on_a_cluster_the_user_needs_cluster_slots_and_nothing_more(
 
 
 async def test_behind_sentinel_the_user_on_each_data_node_is_enough(
-    sentinel: LocalSentinel, redis_server_factory: Callable[..., RedisServer]
+    sentinel_for_faults: LocalSentinel, redis_server_factory: Callable[..., RedisServer]
 ) -> None:
     """A master and its replica managed by Sentinel, each holding the user
     (the sentinels keep their own, default, user): the client and the
     adapters run."""
+    sentinel = sentinel_for_faults  # healthy: master, replica and sentinels up
     queue_url = set_user(redis_server_factory(), documented_rule())
     sentinels = ",".join(f"{host}:{port}" for host, port in sentinel.sentinel_addresses)
     url = f"redis+sentinel://{USER}:{PASSWORD}@{sentinels}/{sentinel.service_name}/0"
