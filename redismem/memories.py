@@ -36,7 +36,8 @@ Nothing is removed by these: ``delete`` marks a record ``deleted``, and only
 Concurrency and faults: every put is conditional on the version read
 (``if_version``), so concurrent adds never overwrite each other: the loser
 reads again and re-decides. A slot is decided by compare-and-set on its
-lookup item (which value is current, and every record ever in the slot);
+lookup item (which value is current, every record ever in the slot, and
+those that may be active: a settle reads these, not the whole history);
 then the records are brought in line with it (``_settle``): the old value
 is superseded before the new one is stored active, and every writer settles
 again until the slot holds still, so once the writers are done at most one
@@ -142,14 +143,18 @@ class _Stored:
 @dataclass(frozen=True, slots=True)
 class _Slot:
     """The lookup item of a (subject, single-valued predicate): which record
-    is the current value, when that value was said, and every record ever
-    added to the slot (``_settle`` keeps their statuses in line with it)."""
+    is the current value, when that value was said, every record ever added
+    to the slot and those that may be active (``_settle`` keeps their
+    statuses in line with it)."""
 
     key: str
     version: int
     current: str | None
     said: tuple[int, str] | None
     members: list[str]
+    #: The members that may be active: made current since a settle last
+    #: saw them superseded (or deleted), and any not stored yet.
+    open: list[str]
 
 
 def _digest(*parts: str) -> str:
@@ -523,6 +528,7 @@ class Memories:
         slot = await self._slot(uid, _slot_key(new))
         said = _said(new)
         replaced: str | None = None  # a record the consolidator deleted for this one
+        replacing: str | None = None  # the current value this one supersedes
         current = None
         if slot.current is not None and slot.current != new.id:
             current = await self._get(uid, slot.current)
@@ -562,6 +568,7 @@ class Memories:
                     return await self._add_source(uid, earlier, new, op, guard, "outdated")
             members = [*slot.members, new.id]
             if newer:
+                replacing = slot.current if live else None
                 written = await self._write_slot(uid, slot, new.id, said, members, guard)
             else:
                 written = await self._write_slot(uid, slot, slot.current, held, members, guard)
@@ -580,7 +587,11 @@ class Memories:
                 # A slot that moved on to another value meanwhile was settled
                 # without this record (not stored yet): settle after the put.
                 settled = held_still.version if held_still.current == new.id else -1
-                record = new.model_copy(update={"supersedes": previous or None})
+                if not (replacing or previous):
+                    # A re-sent add that decided and superseded before it
+                    # died: the value it replaced names it (rare: read all).
+                    previous = await self._superseded_by(uid, slot, new.id)
+                record = new.model_copy(update={"supersedes": replacing or previous or None})
                 change, reason = "added", ""
             else:
                 record = new.model_copy(
@@ -608,7 +619,7 @@ class Memories:
         # a writer that moved it meanwhile may have missed this record.
         again = await self._slot(uid, slot.key)
         if again.version != settled or resent:
-            if await self._settle(uid, again, guard) is None:
+            if await self._settle(uid, again, guard, own=new.id) is None:
                 return None
             got = await self._get(uid, new.id)
             mine = got if got is not None else mine
@@ -621,7 +632,7 @@ class Memories:
     async def _slot(self, uid: str, key: str) -> _Slot:
         item = await self._memory.store.get((uid, LOOKUPS), key)
         if item is None:
-            return _Slot(key, 0, None, None, [])
+            return _Slot(key, 0, None, None, [], [])
         value = item.value
         current = value.get("id")
         current = current if isinstance(current, str) else None
@@ -639,7 +650,9 @@ class Memories:
             ids = [m for m in members if isinstance(m, str)]
         else:
             ids = [current] if current else []  # a slot written before members
-        return _Slot(key, item.version, current, held, ids)
+        open_ = value.get("open")
+        maybe = [m for m in open_ if isinstance(m, str)] if isinstance(open_, list) else ids
+        return _Slot(key, item.version, current, held, ids, maybe)
 
     async def _write_slot(
         self,
@@ -649,13 +662,25 @@ class Memories:
         said: tuple[int, str] | None,
         members: list[str],
         guard: tuple[str, str] | None,
+        *,
+        open_: list[str] | None = None,
     ) -> _Slot | None:
         """Compare-and-set the slot: the slot as written; ``VersionConflict``
-        when it moved; None when the guard refused (the session is gone)."""
+        when it moved; None when the guard refused (the session is gone).
+        ``open_`` (default: as it was, plus ``current``): the members that
+        may be active."""
+        if open_ is None:
+            open_ = list(dict.fromkeys([*slot.open, *([current] if current else [])]))
+        value = {
+            "id": current,
+            "said": None if said is None else list(said),
+            "members": members,
+            "open": open_,
+        }
         put = await self._memory.store.put_guarded(
             (uid, LOOKUPS),
             slot.key,
-            {"id": current, "said": None if said is None else list(said), "members": members},
+            value,
             index=False,
             ttl=self._ttl,
             if_version=slot.version,
@@ -663,7 +688,7 @@ class Memories:
         )
         if put is None:
             return None
-        return _Slot(slot.key, put.version, current, said, members)
+        return _Slot(slot.key, put.version, current, said, members, open_)
 
     async def _raise_said(
         self, uid: str, record: MemoryRecord, said: tuple[int, str], guard: tuple[str, str] | None
@@ -689,19 +714,26 @@ class Memories:
         guard: tuple[str, str] | None,
         *,
         arriving: str | None = None,
+        own: str | None = None,
     ) -> tuple[str, _Slot] | None:
         """Bring the slot's records in line with it: every active record
         but the current one superseded by it, first; then the current one
         active again if a stale settle had superseded it. Repeated until
-        the slot holds still, so whoever changed it last settles last.
+        the slot holds still, so whoever changed it last settles last; then
+        the members seen superseded leave the slot's ``open`` list (only
+        those may be active, so a settle reads them, not the whole history).
         Returns the id of the value the current one replaced (``""``: none)
         and the slot as settled, or None when the guard refused.
         ``arriving``: the current record is being added or restored by the
-        caller, who makes it active."""
+        caller, who makes it active. ``own``: a record the caller stored
+        (looked at whether or not the slot lists it as open)."""
         previous = ""
+        touched: set[str] = set()
         for _round in range(_MAX_TRIES):
-            stored = await asyncio.gather(*(self._get(uid, m) for m in slot.members))
-            records = {m: s for m, s in zip(slot.members, stored, strict=True) if s is not None}
+            extra = [m for m in (slot.current, own, *sorted(touched)) if m is not None]
+            ids = list(dict.fromkeys([*slot.open, *extra]))
+            stored = await asyncio.gather(*(self._get(uid, m) for m in ids))
+            records = {m: s for m, s in zip(ids, stored, strict=True) if s is not None}
             target = records.get(slot.current) if slot.current else None
             live = slot.current
             if target is not None and target.record.status == "deleted" and live != arriving:
@@ -736,6 +768,7 @@ class Memories:
                     back = target.record.model_copy(
                         update={"status": "active", "superseded_by": None, "superseded_at": None}
                     )
+                    touched.add(target.record.id)
                     if not await self._put(
                         uid,
                         back,
@@ -748,15 +781,34 @@ class Memories:
             except VersionConflict:
                 slot = await self._slot(uid, slot.key)
                 continue
-            if not previous and arriving is not None:
-                previous = next(
-                    (m for m, s in records.items() if s.record.superseded_by == arriving), ""
-                )
             again = await self._slot(uid, slot.key)
-            if again.version == slot.version:
-                return previous, slot
-            slot = again
+            if again.version != slot.version:
+                slot = again
+                continue
+            # Held still: what this round saw inactive is settled for good
+            # (a writer that makes it current again lists it as open again).
+            keep = [m for m in slot.open if m == slot.current or m not in records or m == arriving]
+            if keep != slot.open:
+                try:
+                    pruned = await self._write_slot(
+                        uid, slot, slot.current, slot.said, slot.members, guard, open_=keep
+                    )
+                except VersionConflict:
+                    slot = await self._slot(uid, slot.key)
+                    continue
+                if pruned is None:
+                    return None
+                slot = pruned
+            return previous, slot
         raise VersionConflict(f"memory slot {slot.key!r}", slot.version, 0)
+
+    async def _superseded_by(self, uid: str, slot: _Slot, memory_id: str) -> str:
+        """The member of ``slot`` superseded by ``memory_id`` (``""``: none)."""
+        stored = await asyncio.gather(*(self._get(uid, m) for m in slot.members))
+        for held in stored:
+            if held is not None and held.record.superseded_by == memory_id:
+                return held.record.id
+        return ""
 
     async def _make_current(self, uid: str, stored: _Stored, reason: str) -> bool:
         """``restore`` of a single-valued fact: it becomes the slot's current
@@ -787,7 +839,7 @@ class Memories:
             reason=reason,
             guard=None,
         )
-        await self._settle(uid, await self._slot(uid, slot.key), None)
+        await self._settle(uid, await self._slot(uid, slot.key), None, own=record.id)
         return True
 
     async def _leave_slot(self, uid: str, record: MemoryRecord, *, purged: bool) -> None:
@@ -810,6 +862,7 @@ class Memories:
                     None if mine else slot.said,
                     members,
                     None,
+                    open_=[m for m in slot.open if m != record.id] if purged else slot.open,
                 )
                 return
             except VersionConflict:

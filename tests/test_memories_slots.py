@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from redismem import InvalidInput, StoreUnavailable
 from redismem.extract import extract_pass
 from redismem.extractors import RuleExtractor
-from redismem.memories import Memories
+from redismem.memories import Memories, _slot_key
 from redismem.memory_models import Fact, MemoryRecord, Provenance, normalize_predicate
 from redismem.recall import catch_up
 
@@ -398,3 +398,18 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
     same = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
     assert same.record.id == again.record.id
     assert len(await mem.memories.history("alice", again.record.id)) == 1
+
+
+async def test_settling_a_slot_reads_what_may_be_active_not_the_whole_history(make_memory):
+    """After 30 values, the slot lists every record, but only the current
+    one as possibly active: an add reads that, not the history."""
+    mem = await make_memory()
+    for n in range(30):
+        await mem.memories.add("alice", lives_in(f"City{n}"))
+    key = _slot_key(lives_in("x"))
+    slot = await mem.store.get(("alice", "memories-keys"), key)
+    assert slot is not None
+    current = await active_objects(mem, "alice", "lives_in")
+    assert current == ["City29"]
+    assert len(slot.value["members"]) == 30
+    assert slot.value["open"] == [slot.value["id"]]
