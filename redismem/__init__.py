@@ -22,6 +22,7 @@ from .context_builder import BuiltContext, build_context
 from .embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
 from .errors import (
     ClientClosed,
+    ConfigurationError,
     CorruptData,
     EmbedderError,
     ExtractorError,
@@ -102,6 +103,7 @@ __all__ = [
     "ChatEndpoint",
     "ClientClosed",
     "CompositeMemory",
+    "ConfigurationError",
     "Consolidator",
     "Context",
     "CorruptData",

@@ -13,14 +13,17 @@ never re-send a command themselves. A call is attempted at most
 (connecting included), with capped exponential backoff in between, so every
 call ends, with a result or an error, within ``CallPolicy.bound()`` seconds
 however long Redis stalls. Only errors that say the server could not be
-reached or did not answer in time are retried; a retried script must
-therefore be idempotent (the session scripts are: see ``scripts/``).
+reached or did not answer in time are retried (a connection lost while a
+transaction watched keys too); a retried script must therefore be
+idempotent (the session scripts are: see ``scripts/``). A TLS certificate
+that fails verification is a ``ConfigurationError``, raised at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -32,6 +35,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from .errors import (
+    ConfigurationError,
     CorruptData,
     EpochMoved,
     InvalidInput,
@@ -51,6 +55,7 @@ __all__ = [
     "open_redis",
     "redis_errors",
     "scan_once",
+    "tls_failure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,49 @@ _CLUSTER_TRANSIENT = (
 )
 #: Replies meaning the credentials are wrong or missing: never retried.
 _CREDENTIAL_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "INVALIDPASSWORD")
+#: TLS errors that mean the connection was lost, not that TLS cannot work:
+#: retried like any lost connection.
+_TLS_TRANSIENT = (
+    ssl.SSLEOFError,
+    ssl.SSLZeroReturnError,
+    ssl.SSLSyscallError,
+    ssl.SSLWantReadError,
+    ssl.SSLWantWriteError,
+)
+#: redis-py's text for a connection lost while a transaction watched keys.
+_LOST_WATCH = "A ConnectionError occurred"
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from or while handling (redis-py
+    wraps socket and TLS errors in its own, often without ``from``)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc`` that no retry can fix (a certificate that
+    fails verification, a failed handshake), or None. A connection lost
+    during a handshake (``SSLEOFError``, ...) is not one: it is an outage."""
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLError) and not isinstance(cause, _TLS_TRANSIENT):
+            return cause
+    return None
+
+
+def _lost_watch(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's ``WatchError`` for a connection lost
+    while a transaction watched keys (arq's enqueue), not for a key changed."""
+    if not isinstance(exc, rexc.WatchError):
+        return False
+    return str(exc).startswith(_LOST_WATCH) or any(
+        isinstance(cause, rexc.ConnectionError | rexc.TimeoutError | OSError)
+        for cause in _causes(exc)
+    )
 
 
 def _embedded_server(name: str) -> Any:
@@ -238,7 +286,8 @@ def _reply_code(exc: BaseException) -> str:
 def map_error(exc: BaseException, url: str) -> RedisMemError | None:
     """The redismem error for a redis-py (or socket) error, None for others.
 
-    ``StoreUnavailable`` marks what a retry may fix.
+    ``StoreUnavailable`` marks what a retry may fix; ``ConfigurationError``
+    and refused credentials never get better by retrying.
     """
     where = f"Redis at {describe_url(url)}"
     if isinstance(exc, RedisMemError):
@@ -249,6 +298,15 @@ def map_error(exc: BaseException, url: str) -> RedisMemError | None:
     ):
         hint = "check the user and password in the URL"
         return StoreError(f"{where} refused the credentials ({hint}): {exc}")
+    tls = tls_failure(exc)
+    if tls is not None:
+        hint = (
+            "check the CA the client trusts (?ssl_ca_certs=PATH in the URL), the server's "
+            "certificate and the host name in the URL"
+        )
+        return ConfigurationError(f"{where}: the TLS handshake failed ({hint}): {tls}")
+    if _lost_watch(exc):
+        return StoreUnavailable(f"{where} is unavailable: the connection was lost ({exc})")
     if isinstance(exc, rexc.ResponseError) and code == EPOCH_CODE:
         return EpochMoved(int(_reply_text(exc).split(" ", 2)[1]))
     if isinstance(exc, rexc.ResponseError) and code == CORRUPT_CODE:

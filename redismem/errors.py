@@ -6,6 +6,8 @@ Exception tree::
     ├── InvalidInput        (also ValueError)  bad arguments; nothing was written
     ├── StoreUnavailable    Redis could not be reached, or did not answer in time,
     │                       after retries with backoff
+    ├── ConfigurationError  the connection cannot work as configured (a TLS
+    │                       certificate failed verification); never retried
     ├── StoreError          Redis answered with an error (wrong type, refused
     │   │                   credentials, ...)
     │   ├── StoreFull       Redis is out of memory (maxmemory reached)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 __all__ = [
     "ClientClosed",
+    "ConfigurationError",
     "CorruptData",
     "EmbedderError",
     "ExtractorError",
@@ -57,6 +60,14 @@ class StoreUnavailable(RedisMemError):
     """
 
     write_id: str | None = None
+
+
+class ConfigurationError(RedisMemError):
+    """The connection cannot work as configured, so it is not retried: the
+    server's TLS certificate failed verification (untrusted, expired, issued
+    for another host name) or the TLS handshake failed for another reason
+    than a lost connection. Fix the URL, the CA the client trusts or the
+    server's certificate."""
 
 
 class StoreError(RedisMemError):

@@ -1,8 +1,10 @@
-"""URL forms on real servers: db number, ACL user and password, unix socket, TLS."""
+"""URL forms on real servers (db number, ACL user and password, unix socket, TLS),
+and which connection errors are retried."""
 
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import time
 import uuid
@@ -13,7 +15,9 @@ import pytest
 import redis
 from helpers import free_port
 
-from redismem import Memory, StoreError
+from redismem import ConfigurationError, Memory, StoreError, StoreUnavailable
+from redismem.connection import map_error, tls_failure
+from redismem.workers.connections import OutageRetry
 
 REDIS_BIN = shutil.which("redis-server")
 OPENSSL = shutil.which("openssl")
@@ -123,3 +127,79 @@ async def test_tls_url(private_server: Starter, tls_cert: tuple[Path, Path]) -> 
     _wait_for(redis.Redis(port=port, ssl=True, ssl_ca_certs=str(cert)), process)
     memory = await _round_trip(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}")
     await memory.aclose()
+
+
+# -- error mapping: what is retried -----------------------------------------
+
+
+def _raised_while_handling(error: BaseException, cause: BaseException) -> BaseException:
+    """``error`` raised inside ``except`` of ``cause``, as redis-py raises its
+    ConnectionError around a socket or TLS error (``__context__``, no ``from``)."""
+    try:
+        try:
+            raise cause
+        except BaseException:
+            raise error  # noqa: B904 - the point: an implicit context
+    except BaseException as exc:
+        return exc
+
+
+def test_a_watch_lost_with_its_connection_is_an_outage() -> None:
+    """redis-py reports a connection lost while arq's enqueue watched a job
+    key as ``WatchError``; it is retried, like the lost connection it is. A
+    watched key that changed stays an error reply (arq handles it)."""
+    lost = _raised_while_handling(
+        redis.WatchError("A ConnectionError occurred on while watching one or more keys"),
+        redis.ConnectionError("Connection closed by server."),
+    )
+    assert isinstance(map_error(lost, "redis://h:1/0"), StoreUnavailable)
+    changed = redis.WatchError("Watched variable changed.")
+    error = map_error(changed, "redis://h:1/0")
+    assert isinstance(error, StoreError) and not isinstance(error, StoreUnavailable)
+
+
+def test_which_tls_errors_are_configuration_errors() -> None:
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed certificate")
+    handshake = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    for cause in (verify, handshake):
+        wrapped = _raised_while_handling(redis.ConnectionError("Error 1 connecting"), cause)
+        assert isinstance(map_error(wrapped, "rediss://h:1/0"), ConfigurationError)
+        assert tls_failure(wrapped) is cause
+    # A connection lost during a handshake is an outage: retried.
+    for lost in (ssl.SSLEOFError(8, "EOF occurred"), ssl.SSLZeroReturnError(6, "closed")):
+        wrapped = _raised_while_handling(redis.ConnectionError("Error 8 connecting"), lost)
+        assert isinstance(map_error(wrapped, "rediss://h:1/0"), StoreUnavailable)
+        assert tls_failure(wrapped) is None
+
+
+async def test_the_workers_pool_does_not_retry_a_tls_failure() -> None:
+    """``OutageRetry`` rides out outages for minutes, but a certificate that
+    fails verification fails at once."""
+    retry = OutageRetry(seconds=60)
+    calls = 0
+
+    async def untrusted() -> None:
+        nonlocal calls
+        calls += 1
+        raise _raised_while_handling(
+            redis.ConnectionError("Error 1 connecting"),
+            ssl.SSLCertVerificationError(1, "certificate verify failed"),
+        )
+
+    async def ignore(_: BaseException) -> None:
+        return None
+
+    with pytest.raises(redis.ConnectionError):
+        await retry.call_with_retry(untrusted, ignore)
+    assert calls == 1
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise redis.ConnectionError("Connection reset by peer")
+        return "ok"
+
+    calls = 0
+    assert await retry.call_with_retry(flaky, ignore) == "ok"
+    assert calls == 3

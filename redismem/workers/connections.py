@@ -3,7 +3,8 @@
 The worker's arq pool retries connection errors and timeouts with capped
 exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
 Redis restart or failover only pauses the worker; past that it gives up (and
-its supervisor restarts it). Refused credentials are never retried.
+its supervisor restarts it). Refused credentials and a TLS certificate that
+fails verification are never retried.
 
 Three resets are not retried by redis-py, and arq 0.28 lets them end the
 worker: a connection lost while arq watches a job's in-progress key
@@ -33,7 +34,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from redismem.config import check_queue_url
-from redismem.connection import open_redis, redis_errors
+from redismem.connection import open_redis, redis_errors, tls_failure
 from redismem.errors import StoreUnavailable
 from redismem.queue import pack_job, unpack_job
 from redismem.urls import parse_url
@@ -53,7 +54,7 @@ class OutageRetry(Retry):
     """redis-py ``Retry`` bounded by time rather than tries: connection errors
     (refused connects too) and timeouts are retried with capped exponential
     backoff (0.2 s doubling to 2 s) for up to ``seconds``. Refused credentials
-    are not retried."""
+    and TLS failures (``connection.tls_failure``) are not retried."""
 
     __slots__ = ("_seconds",)
 
@@ -75,7 +76,11 @@ class OutageRetry(Retry):
                 failures += 1
                 await fail(error)
                 remaining = deadline - time.monotonic()
-                if isinstance(error, rexc.AuthenticationError) or remaining <= 0:
+                if (
+                    isinstance(error, rexc.AuthenticationError)
+                    or tls_failure(error) is not None
+                    or remaining <= 0
+                ):
                     raise
                 if failures in (1, 10) or failures % 100 == 0:
                     logger.warning(
@@ -199,7 +204,8 @@ async def _ignore(error: BaseException) -> None:
 
 async def wait_for_redis(url: str, seconds: float) -> None:
     """Return once Redis at ``url`` answers PING. ``StoreUnavailable`` after
-    ``seconds`` of trying; ``StoreError`` at once for refused credentials."""
+    ``seconds`` of trying; ``StoreError`` at once for refused credentials,
+    ``ConfigurationError`` for a TLS certificate that fails verification."""
     deadline = time.monotonic() + seconds
     warned = False
     while True:
