@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .checks import check_int, check_tags, check_write_id
+from .checks import check_int, check_optional_number, check_tags, check_write_id
 from .codec import ms_to_datetime
 from .errors import CorruptData, InvalidInput, VersionConflict
 from .keys import validate_id
@@ -1138,10 +1138,7 @@ class Memories:
         skip = check_int("offset", offset)
         if query is not None and not isinstance(query, str):
             raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
-        if min_score is not None and (
-            isinstance(min_score, bool) or not isinstance(min_score, int | float)
-        ):
-            raise InvalidInput("min_score must be a number or None")
+        min_score = check_optional_number("min_score", min_score)  # finite: not nan
         flt: dict[str, Any] = {}
         if wanted is not None:
             flt["kind"] = {"$in": wanted}
