@@ -15,7 +15,7 @@ import pytest
 from conftest import MemoryFactory
 from helpers import snapshot, user
 
-from redismem import InvalidInput, Memory
+from redismem import BufferMemory, InvalidInput, Memory, SlidingWindowMemory
 from redismem.checks import (
     MAX_INT,
     check_count,
@@ -59,6 +59,12 @@ INT_CALLS: dict[str, Call] = {
     "store.list_namespaces limit": lambda m, v: m.store.list_namespaces(limit=v),
     "store.list_namespaces offset": lambda m, v: m.store.list_namespaces(offset=v),
     "store.list_namespaces max_depth": lambda m, v: m.store.list_namespaces(max_depth=v),
+    "BufferMemory max_messages": lambda m, v: BufferMemory(m, max_messages=v).read(session_id="s"),
+    "BufferMemory max_tokens": lambda m, v: BufferMemory(m, max_tokens=v).read(session_id="s"),
+    "BufferMemory read limit": lambda m, v: BufferMemory(m).read(session_id="s", limit=v),
+    "SlidingWindowMemory max_tokens": lambda m, v: SlidingWindowMemory(m, max_tokens=v).read(
+        session_id="s"
+    ),
 }
 
 #: Each public call with a number argument (a float or an int).
