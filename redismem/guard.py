@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .checks import new_write_id
 from .connection import scan_once
 from .errors import EpochMoved, InvalidInput, StoreError
 from .keys import KeyLayout, ParsedKey
@@ -193,7 +194,9 @@ async def reap(memory: Memory, user_id: str, *, below: int) -> int:
 
 async def _new_epoch(memory: Memory, user_id: str) -> int:
     guard = memory.layout.guard(user_id)
-    epoch = await memory.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
+    epoch = await memory.scripts.bump_epoch(
+        guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id=new_write_id()
+    )
     memory.epochs.set(user_id, epoch)
     return epoch
 

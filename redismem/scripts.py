@@ -522,9 +522,10 @@ class SessionScripts:
         flat = await self._call("sessions", user, [user.sessions, user.tagidx], prefixes)
         return [(flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
-    async def bump_epoch(self, guard: str, *, min_ttl_ms: int) -> int:
-        """Start a new epoch of the user of ``guard`` (``guard_bump.lua``)."""
-        return int(await self._run("guard_bump", [guard], [min_ttl_ms]))
+    async def bump_epoch(self, guard: str, *, min_ttl_ms: int, clear_id: str) -> int:
+        """Start a new epoch of the user of ``guard`` (``guard_bump.lua``),
+        once per ``clear_id``."""
+        return int(await self._run("guard_bump", [guard], [min_ttl_ms, clear_id]))
 
     async def drop_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
         """Drop ``guard`` if it still holds ``epoch`` and no root key of the

@@ -112,7 +112,9 @@ async def test_a_client_behind_a_new_epoch_reads_and_writes_in_it(make_memory, r
     await a.write([user("before")], session_id="s", user_id="u")
     await a.store.put(("u", "notes"), "n", {"text": "before"})
     guard = b.layout.guard("u")
-    epoch = await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS)
+    epoch = await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1")
+    # A re-sent bump (same clear) starts no further epoch.
+    assert await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1") == epoch
     b.epochs.set("u", epoch)
     await b.write([user("during")], session_id="s", user_id="u")  # in the new epoch
     assert await a.read(session_id="s", user_id="u") != []  # a goes on...
