@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .checks import check_int, check_optional_number, check_tags, check_write_id
+from .checks import check_int, check_tags, check_write_id
 from .codec import ms_to_datetime
 from .errors import CorruptData, InvalidInput, VersionConflict
 from .keys import validate_id
@@ -649,10 +649,27 @@ class Memories:
         if isinstance(members, list):
             ids = [m for m in members if isinstance(m, str)]
         else:
-            ids = [current] if current else []  # a slot written before members
+            ids = await self._legacy_members(uid, key, current)
         open_ = value.get("open")
         maybe = [m for m in open_ if isinstance(m, str)] if isinstance(open_, list) else ids
         return _Slot(key, item.version, current, held, ids, maybe)
+
+    async def _legacy_members(self, uid: str, key: str, current: str | None) -> list[str]:
+        """The members of a slot written before slots listed them: its
+        current record and every active fact of the slot (a restore then
+        could leave several), found once by reading the user's active facts;
+        the next write of the slot lists them."""
+        store = self._memory.store
+        found = await store.search(
+            (uid, RECORDS), filter={"kind": "fact", "status": "active"}, limit=100_000
+        )
+        ids = [current] if current else []
+        for item in found:
+            record = self._decode(item)
+            slotted = isinstance(record, Fact) and record.is_single_valued()
+            if slotted and isinstance(record, Fact) and _slot_key(record) == key:
+                ids.append(record.id)
+        return list(dict.fromkeys(ids))
 
     async def _write_slot(
         self,
@@ -1138,7 +1155,10 @@ class Memories:
         skip = check_int("offset", offset)
         if query is not None and not isinstance(query, str):
             raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
-        min_score = check_optional_number("min_score", min_score)  # finite: not nan
+        if min_score is not None and (
+            isinstance(min_score, bool) or not isinstance(min_score, int | float)
+        ):
+            raise InvalidInput("min_score must be a number or None")
         flt: dict[str, Any] = {}
         if wanted is not None:
             flt["kind"] = {"$in": wanted}

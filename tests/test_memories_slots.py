@@ -413,3 +413,20 @@ async def test_settling_a_slot_reads_what_may_be_active_not_the_whole_history(ma
     assert current == ["City29"]
     assert len(slot.value["members"]) == 30
     assert slot.value["open"] == [slot.value["id"]]
+
+
+async def test_a_slot_written_before_it_listed_its_records_is_repaired(make_memory):
+    """Data left by the old restore (two active homes, a slot naming one):
+    the next value supersedes both."""
+    mem = await make_memory()
+    lisbon = (await mem.memories.add("alice", lives_in("Lisbon"))).record
+    porto = (await mem.memories.add("alice", lives_in("Porto"))).record
+    namespace, key = ("alice", "memories-keys"), _slot_key(lives_in("x"))
+    await mem.store.put(namespace, key, {"id": porto.id}, index=False)  # the old layout
+    old = await mem.store.get(("alice", "memories"), lisbon.id)
+    assert old is not None
+    await mem.store.put(("alice", "memories"), lisbon.id, {**old.value, "status": "active"})
+    assert sorted(await active_objects(mem, "alice", "lives_in")) == ["Lisbon", "Porto"]
+    await mem.memories.add("alice", lives_in("Braga"))
+    assert await active_objects(mem, "alice", "lives_in") == ["Braga"]
+    assert_one_current_value(await every_record(mem, "alice"))
