@@ -118,7 +118,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ..checks import check_int, check_memory
+from ..checks import MAX_INT, check_int, check_memory
 from ..embeddings import Embedder, cosine, quantize
 from ..errors import InvalidInput, MissingDependency
 from ..validation import INT_MAX, INT_MIN, check_json_value
@@ -158,8 +158,8 @@ __all__ = ["MAX_VECTOR_CANDIDATES", "VECTORS_KEY", "RedisMemStore"]
 VECTORS_KEY = "\x00vectors"
 #: Items read and ranked by one vector search (the newest under the prefix).
 MAX_VECTOR_CANDIDATES = 10_000
-#: A limit that is no limit, for the store's ``list_namespaces``.
-_ALL = 2**62
+#: A limit that is no limit, for the store's ``list_namespaces`` (the largest int it takes).
+_ALL = MAX_INT
 _TTL_KEYS = frozenset({"refresh_on_read", "default_ttl", "omit_expired", "sweep_interval_minutes"})
 _INDEX_KEYS = frozenset({"dims", "embed", "fields"})
 #: Longest ttl accepted, in minutes (100 years, the store's limit).
