@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import MemoryFactory, RedisServer
-from helpers import free_port, redismem_command
+from helpers import client_kill_storm, free_port, redismem_command
 
 from redismem import ConfigurationError, Memory, StoreUnavailable
 
@@ -107,6 +107,23 @@ async def test_a_trusting_client_reads_and_writes(
     mem: Memory = await memory_factory(tls_server.trusted_url, index=False)
     await mem.write([{"role": "user", "content": "over TLS"}], session_id="s")
     assert [m.content for m in await mem.read(session_id="s")] == ["over TLS"]
+    await mem.clear_all()
+
+
+async def test_a_killed_tls_connection_is_still_an_outage(
+    tls_server: TlsServer, memory_factory: MemoryFactory
+) -> None:
+    """Only TLS errors no retry fixes are configuration errors: TLS
+    connections killed mid-call (EOF, reset) are retried, and every write
+    lands once."""
+    mem: Memory = await memory_factory(
+        tls_server.trusted_url, index=False, retries=20, socket_timeout=2.0
+    )
+    async with client_kill_storm(tls_server.server.url, every=0.02) as kills:
+        for i in range(150):
+            await mem.write([{"role": "user", "content": f"m{i}"}], session_id="s")
+    assert kills[0] > 5
+    assert [m.content for m in await mem.read(session_id="s")] == [f"m{i}" for i in range(150)]
     await mem.clear_all()
 
 
