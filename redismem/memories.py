@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from .checks import check_int, check_tags, check_write_id
+from .checks import check_int, check_optional_number, check_tags, check_write_id
 from .codec import ms_to_datetime
 from .errors import CorruptData, InvalidInput, VersionConflict
 from .keys import validate_id
@@ -1155,10 +1155,7 @@ class Memories:
         skip = check_int("offset", offset)
         if query is not None and not isinstance(query, str):
             raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
-        if min_score is not None and (
-            isinstance(min_score, bool) or not isinstance(min_score, int | float)
-        ):
-            raise InvalidInput("min_score must be a number or None")
+        threshold = check_optional_number("min_score", min_score)
         flt: dict[str, Any] = {}
         if wanted is not None:
             flt["kind"] = {"$in": wanted}
@@ -1188,8 +1185,8 @@ class Memories:
         hits = [MemoryHit(self._decode(item), item.score) for item in found]
         if query and (wanted is None or "document" in wanted):
             hits = self._merge(hits, await self._chunk_hits(uid, query, flt, want))
-        if min_score is not None:
-            hits = [h for h in hits if h.score is not None and h.score >= min_score]
+        if threshold is not None:
+            hits = [h for h in hits if h.score is not None and h.score >= threshold]
         return hits[skip:want]
 
     async def _chunk_hits(

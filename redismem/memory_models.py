@@ -21,7 +21,6 @@ from .validation import check_json_value
 
 __all__ = [
     "MEMORY_KINDS",
-    "PREDICATE_CUES",
     "SINGLE_VALUED_PREDICATES",
     "Action",
     "Document",
@@ -36,9 +35,6 @@ __all__ = [
     "Provenance",
     "Relationship",
     "Task",
-    "normalize_predicate",
-    "normalize_text",
-    "predicate_words",
 ]
 
 MemoryKind = Literal["fact", "document", "relationship", "goal", "task", "action"]
