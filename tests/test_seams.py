@@ -356,26 +356,29 @@ async def test_a_write_meeting_a_key_of_the_wrong_type_writes_nothing(
     make_memory: Any, raw: Any
 ) -> None:
     """Defect 10: a session whose tags key had the wrong type failed the write
-    after its messages and entry were stored. Every key a write may touch is
+    after its messages and entry were stored. Every key a write will touch is
     checked before it writes anything."""
+    from helpers import snapshot
+
     from redismem import CorruptData
 
-    mem = await make_memory()
-    await mem.write([{"role": "user", "content": "first"}], session_id="s", tags={"a": "1"})
-    keys = mem.layout.session("default", "s")
-    for victim in (keys.tags, keys.entries, keys.tagidx, keys.pending, keys.sessions):
-        saved = await raw.dump(victim)
-        ttl = await raw.pttl(victim)
-        before = {k: await raw.dump(k) for k in keys.all_session_keys()}
+    mem = await make_memory(index=True)
+    await mem.write([{"role": "user", "content": "first"}], session_id="s0", tags={"a": "1"})
+    for n, kind in enumerate(["tags", "entries", "tagidx", "pending", "sessions"], start=1):
+        keys = mem.layout.session("default", f"s{n}")
+        victim = getattr(keys, kind)
+        saved, ttl = await raw.dump(victim), await raw.pttl(victim)
         await raw.delete(victim)
         await raw.set(victim, b"not mine")
-        with pytest.raises(CorruptData, match="is a string"):
+        before = await snapshot(raw, mem.layout.user_pattern("default"))
+        with pytest.raises(CorruptData):
             await mem.write(
-                [{"role": "user", "content": "second"}], session_id="s", tags={"a": "2"}
+                [{"role": "user", "content": "second"}], session_id=f"s{n}", tags={"a": "2"}
             )
+        assert await snapshot(raw, mem.layout.user_pattern("default")) == before, kind
         await raw.delete(victim)
         if saved is not None:
             await raw.restore(victim, max(ttl, 0), saved)
-        after = {k: await raw.dump(k) for k in keys.all_session_keys()}
-        assert after == before, victim
-    assert [m.content for m in await mem.read(session_id="s")] == ["first"]
+    assert [m.content for m in await mem.read(session_id="s0")] == ["first"]
+    await mem.write([{"role": "user", "content": "again"}], session_id="s1", tags={"a": "2"})
+    assert [m.content for m in await mem.read(session_id="s1")] == ["again"]

@@ -223,8 +223,12 @@ local function integrity_error(meta, len)
   if len ~= seq - dropped then
     return corrupt(KEYS[1], 'holds ' .. len .. ' messages where meta counts ' .. (seq - dropped))
   end
-  if len > 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  local entries = redis.call('TYPE', KEYS[3])['ok']
+  if len > 0 and entries == 'none' then
     return corrupt(KEYS[3], 'entry records are missing while messages exist')
+  end
+  if entries ~= 'none' and entries ~= 'list' then
+    return corrupt(KEYS[3], 'is a ' .. entries .. ', not a list')
   end
   return nil
 end

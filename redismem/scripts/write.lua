@@ -38,10 +38,6 @@ local meta = load_meta()
 local len = redis.call('LLEN', KEYS[1])
 local broken = integrity_error(meta, len)
 if broken then return broken end
--- The keys checked above (msgs, meta) and the write ids (written first)
--- fail before anything is written; the others are checked here.
-broken = type_error({[3] = 'list', [4] = 'hash', [7] = 'zset', [8] = 'zset', [9] = 'zset'})
-if broken then return broken end
 
 local function pending_now()
   if (ARGV[6] ~= '' or recall_ttl ~= '') and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
@@ -49,6 +45,17 @@ local function pending_now()
 end
 
 local now = now_ms()
+-- The lists are (re)created when empty, so their keys need a TTL then too.
+local touching = len == 0 or needs_touch(ttl, now, meta and meta[5])
+-- The keys checked above (msgs, meta, entries) and the write ids (written
+-- first) fail before anything is written; the others this write will touch
+-- are checked here.
+local touched = {}
+if ntags > 0 then touched[4], touched[8] = 'hash', 'zset' end
+if touching then touched[7], touched[8], touched[9] = 'zset', 'zset', 'zset' end
+if ARGV[6] ~= '' or recall_ttl ~= '' then touched[9] = 'zset' end
+broken = type_error(touched)
+if broken then return broken end
 -- The entry's time; TTLs, the access time and the pending mark keep `now`.
 local at = now
 if ARGV[9] ~= '' then at = math.min(tonumber(ARGV[9]), now) end
@@ -60,8 +67,6 @@ if seen then
   return {tonumber(applied), tonumber(created), len, 0, 0, pending_now(), 1}
 end
 
--- The lists are (re)created when empty, so their keys need a TTL then too.
-local touching = len == 0 or needs_touch(ttl, now, meta and meta[5])
 -- Prune expired sessions from the user indexes when the TTLs slide (a new
 -- session, or once per slack period of a busy one: readers skip expired
 -- members anyway), and first: when this session itself expired and is being
