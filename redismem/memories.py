@@ -117,11 +117,13 @@ _RECORD = TypeAdapter[Any](MemoryRecord)
 
 @dataclass(frozen=True, slots=True)
 class AddResult:
-    """What ``add`` did: the record now holding the memory, and how."""
+    """What ``add`` did: the record now holding the memory, and how
+    (``outdated``: a value said before the current one, kept in history)."""
 
     record: MemoryRecord
     outcome: AddOutcome
-    #: The record the new one superseded, updated or deleted, if any.
+    #: The record the new one superseded, updated or deleted, if any (for
+    #: ``outdated``: the current value it is superseded by).
     other: str | None = None
 
 
@@ -565,7 +567,10 @@ class Memories:
                     and earlier.record.status == "superseded"
                     and normalize_text(earlier.record.text) == normalize_text(new.text)
                 ):
-                    return await self._add_source(uid, earlier, new, op, guard, "outdated")
+                    added = await self._add_source(uid, earlier, new, op, guard, "outdated")
+                    if added is None:
+                        return None
+                    return AddResult(added.record, "outdated", added.record.superseded_by)
             members = [*slot.members, new.id]
             if newer:
                 replacing = slot.current if live else None

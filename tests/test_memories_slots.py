@@ -268,6 +268,7 @@ async def test_an_older_statement_goes_straight_into_history(make_memory):
     # The same old statement again, in the same words: one more source, no copy.
     again = await mem.memories.add("alice", lives_in("Lisbon", created_at=DAY0 - timedelta(days=2)))
     assert again.outcome == "outdated" and again.record.id == old.record.id
+    assert again.other == now.id
     assert len(again.record.sources) == 2 and again.record.status == "superseded"
     # Said at the same time: the message id decides.
     same = DAY0 + timedelta(days=1)
