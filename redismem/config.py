@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import env
-from .checks import check_optional_int
+from .checks import check_int, check_optional_int
 from .connection import CallPolicy
 from .consolidators import consolidator_from_env
 from .embeddings import Embedder, resolve_embedder
@@ -189,8 +189,10 @@ class MemoryConfig:
             raise InvalidInput(f"replica_acks must be an int in [0, 16], got {self.replica_acks!r}")
         if self.replica_acks and self.replica_timeout >= self.socket_timeout:
             raise InvalidInput("replica_timeout must be shorter than socket_timeout")
-        if not isinstance(self.summarize_delay, int | float) or not (
-            0 <= self.summarize_delay <= 86_400
+        if (
+            not isinstance(self.summarize_delay, int | float)
+            or isinstance(self.summarize_delay, bool)
+            or not 0 <= self.summarize_delay <= 86_400
         ):
             raise InvalidInput(
                 f"summarize_delay must be seconds in [0, 86400], got {self.summarize_delay!r}"
@@ -396,9 +398,7 @@ class WorkerConfig:
                 f"sweep_grace must be seconds in [0, 86400], got {self.sweep_grace!r}"
             )
         for name in ("job_timeout", "sweep_seconds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidInput(f"{name} must be a whole number of seconds >= 1, got {value!r}")
+            check_int(f"{name} (whole seconds)", getattr(self, name), minimum=1)
         if self.job_timeout <= self.summarizer_timeout:
             raise InvalidInput(
                 f"the job timeout (REDISMEM_JOB_TIMEOUT, {self.job_timeout} s) must exceed the "

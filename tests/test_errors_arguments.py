@@ -24,6 +24,7 @@ from redismem.checks import (
     check_optional_number,
     check_seconds,
 )
+from redismem.config import WorkerConfig
 from redismem.validation import MAX_DEPTH
 
 #: Every int argument gets these (the last two: not an int at all).
@@ -163,6 +164,20 @@ async def test_int_options_out_of_range_are_rejected(
     for value in BAD_INTS:
         with pytest.raises(InvalidInput, match=option):
             await make_memory(**{option: value})
+
+
+async def test_summarize_delay_is_a_number_not_a_bool(make_memory: MemoryFactory) -> None:
+    for value in (True, math.nan, math.inf, -1):
+        with pytest.raises(InvalidInput, match="summarize_delay"):
+            await make_memory(summarize_delay=value)
+
+
+@pytest.mark.parametrize("option", ["job_timeout", "sweep_seconds"])
+def test_worker_int_settings_out_of_range_are_rejected(option: str) -> None:
+    """``job_timeout`` reaches Redis as arq's in-progress key expiry (ms)."""
+    for value in [*BAD_INTS, 0]:
+        with pytest.raises(InvalidInput, match=option):
+            WorkerConfig(url="redis://127.0.0.1:6379/0", **{option: value})
 
 
 async def test_metadata_nesting_limit_is_exact(
