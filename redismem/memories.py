@@ -36,8 +36,9 @@ Nothing is removed by these: ``delete`` marks a record ``deleted``, and only
 Concurrency and faults: every put is conditional on the version read
 (``if_version``), so concurrent adds never overwrite each other: the loser
 reads again and re-decides. A slot is decided by compare-and-set on its
-lookup item (which value is current, every record ever in the slot, and
-those that may be active: a settle reads these, not the whole history);
+lookup item (which value is current, when it was said, the value it
+replaced, and the few records that may be active: a settle reads these,
+not the whole history);
 then the records are brought in line with it (``_settle``): the old value
 is superseded before the new one is stored active, and every writer settles
 again until the slot holds still, so once the writers are done at most one
@@ -145,17 +146,17 @@ class _Stored:
 @dataclass(frozen=True, slots=True)
 class _Slot:
     """The lookup item of a (subject, single-valued predicate): which record
-    is the current value, when that value was said, every record ever added
-    to the slot and those that may be active (``_settle`` keeps their
-    statuses in line with it)."""
+    is the current value, when that value was said, the value it replaced,
+    and the records that may be active (``_settle`` keeps their statuses in
+    line with it)."""
 
     key: str
     version: int
     current: str | None
     said: tuple[int, str] | None
-    members: list[str]
-    #: The members that may be active: made current since a settle last
-    #: saw them superseded (or deleted), and any not stored yet.
+    previous: str | None
+    #: Made current since a writer last saw them superseded or deleted (and
+    #: any not stored yet): the records a settle reads, not the history.
     open: list[str]
 
 
@@ -524,21 +525,20 @@ class Memories:
         same_id: str | None,
         text_version: int,
     ) -> AddResult | None:
-        """Add a single-valued fact: decided on the slot (compare-and-set),
-        then the records brought in line with it (see ``_settle``).
+        """Add a single-valued fact: a value said later than the current one
+        takes the slot (compare-and-set), then the records are brought in
+        line with it (see ``_settle``); one said before goes into history.
         ``same_id``: the record the text lookup names (of the same text)."""
         slot = await self._slot(uid, _slot_key(new))
         said = _said(new)
         replaced: str | None = None  # a record the consolidator deleted for this one
-        replacing: str | None = None  # the current value this one supersedes
         current = None
         if slot.current is not None and slot.current != new.id:
             current = await self._get(uid, slot.current)
         live = slot.current is not None and (current is None or current.record.status != "deleted")
-        if new.id not in slot.members:
+        if mine is None and slot.current != new.id:
             if (
-                mine is None
-                and current is not None
+                current is not None
                 and current.record.status == "active"
                 and isinstance(current.record, Fact)
                 and normalize_text(current.record.object) == normalize_text(new.object)
@@ -548,7 +548,7 @@ class Memories:
                 if result is not None:
                     await self._raise_said(uid, current.record, said, guard)
                 return result
-            if mine is None and not live and self._consolidator is not None:
+            if not live and self._consolidator is not None:
                 decided = await self._consult(uid, new, op, guard)
                 if decided is not None and decided.outcome in ("noop", "updated"):
                     return decided
@@ -556,49 +556,45 @@ class Memories:
             held = slot.said if slot.said is not None else _said_of(current)
             # Said at the same moment (one message, two values): the later
             # add wins, as the later clause of the message does.
-            newer = not live or held is None or said >= held
-            if not newer and mine is None and same_id in slot.members:
-                # An old statement of a value in the history, in the same
-                # words: one more source of that record, no copy.
-                assert same_id is not None
-                earlier = await self._get(uid, same_id)
+            if live and held is not None and said < held:
+                earlier = None if same_id is None else await self._get(uid, same_id)
                 if (
                     earlier is not None
                     and earlier.record.status == "superseded"
+                    and isinstance(earlier.record, Fact)
+                    and _slot_key(earlier.record) == slot.key
                     and normalize_text(earlier.record.text) == normalize_text(new.text)
                 ):
+                    # An old statement of a value in the history, in the same
+                    # words: one more source of that record, no copy.
                     added = await self._add_source(uid, earlier, new, op, guard, "outdated")
                     if added is None:
                         return None
                     return AddResult(added.record, "outdated", added.record.superseded_by)
-            members = [*slot.members, new.id]
-            if newer:
-                replacing = slot.current if live else None
-                written = await self._write_slot(uid, slot, new.id, said, members, guard)
             else:
-                written = await self._write_slot(uid, slot, slot.current, held, members, guard)
-            if written is None:
-                return None
-            slot = written
+                written = await self._take_slot(
+                    uid, slot, new.id, said, slot.current if live else None, guard
+                )
+                if written is None:
+                    return None
+                slot = written
         settled = slot.version
-        resent = mine is not None
         if mine is None:
-            if slot.current == new.id:
+            becomes = slot.current == new.id
+            if becomes:
                 # The old value goes first: never two current values at once.
                 done = await self._settle(uid, slot, guard, arriving=new.id)
                 if done is None:
                     return None
-                previous, held_still = done
-                # A slot that moved on to another value meanwhile was settled
-                # without this record (not stored yet): settle after the put.
-                settled = held_still.version if held_still.current == new.id else -1
-                if not (replacing or previous):
-                    # A re-sent add that decided and superseded before it
-                    # died: the value it replaced names it (rare: read all).
-                    previous = await self._superseded_by(uid, slot, new.id)
-                record = new.model_copy(update={"supersedes": replacing or previous or None})
+                slot = done
+                becomes = slot.current == new.id
+                settled = slot.version
+            if becomes:
+                record = new.model_copy(update={"supersedes": slot.previous})
                 change, reason = "added", ""
             else:
+                # Said before the current value (or a later one took the
+                # slot meanwhile): straight into history.
                 record = new.model_copy(
                     update={
                         "status": "superseded",
@@ -619,17 +615,20 @@ class Memories:
             if got is None:
                 raise VersionConflict(f"memory {new.id!r}", 0, 0)
             mine = got
+            fresh = True
+        else:
+            fresh = False  # a re-send: whatever happened since, settle
         await self._point(uid, text_key, new.id, text_version, guard)
         # Settle again unless the slot held still since it was last settled:
         # a writer that moved it meanwhile may have missed this record.
         again = await self._slot(uid, slot.key)
-        if again.version != settled or resent:
+        if again.version != settled or not fresh:
             if await self._settle(uid, again, guard, own=new.id) is None:
                 return None
             got = await self._get(uid, new.id)
             mine = got if got is not None else mine
         final = mine.record
-        if slot.current != new.id and final.status == "superseded":
+        if final.status == "superseded" and slot.current != new.id:
             return AddResult(final, "outdated", final.superseded_by)
         outcome: AddOutcome = "superseded" if final.supersedes else "added"
         return AddResult(final, outcome, final.supersedes or replaced)
@@ -637,10 +636,11 @@ class Memories:
     async def _slot(self, uid: str, key: str) -> _Slot:
         item = await self._memory.store.get((uid, LOOKUPS), key)
         if item is None:
-            return _Slot(key, 0, None, None, [], [])
+            return _Slot(key, 0, None, None, None, [])
         value = item.value
         current = value.get("id")
         current = current if isinstance(current, str) else None
+        previous = value.get("prev")
         said = value.get("said")
         held: tuple[int, str] | None = None
         if (
@@ -650,20 +650,25 @@ class Memories:
             and isinstance(said[1], str)
         ):
             held = (said[0], said[1])
-        members = value.get("members")
-        if isinstance(members, list):
-            ids = [m for m in members if isinstance(m, str)]
-        else:
-            ids = await self._legacy_members(uid, key, current)
         open_ = value.get("open")
-        maybe = [m for m in open_ if isinstance(m, str)] if isinstance(open_, list) else ids
-        return _Slot(key, item.version, current, held, ids, maybe)
+        if isinstance(open_, list):
+            maybe = [m for m in open_ if isinstance(m, str)]
+        else:
+            maybe = await self._legacy_open(uid, key, current)
+        return _Slot(
+            key,
+            item.version,
+            current,
+            held,
+            previous if isinstance(previous, str) else None,
+            maybe,
+        )
 
-    async def _legacy_members(self, uid: str, key: str, current: str | None) -> list[str]:
-        """The members of a slot written before slots listed them: its
-        current record and every active fact of the slot (a restore then
-        could leave several), found once by reading the user's active facts;
-        the next write of the slot lists them."""
+    async def _legacy_open(self, uid: str, key: str, current: str | None) -> list[str]:
+        """The records that may be active in a slot written before slots
+        listed them: its current record and every active fact of the slot (a
+        restore then could leave several), found once by reading the user's
+        active facts; the next write of the slot lists them."""
         store = self._memory.store
         found = await store.search(
             (uid, RECORDS), filter={"kind": "fact", "status": "active"}, limit=100_000
@@ -680,23 +685,20 @@ class Memories:
         self,
         uid: str,
         slot: _Slot,
-        current: str | None,
-        said: tuple[int, str] | None,
-        members: list[str],
         guard: tuple[str, str] | None,
-        *,
-        open_: list[str] | None = None,
+        **changes: Any,
     ) -> _Slot | None:
-        """Compare-and-set the slot: the slot as written; ``VersionConflict``
-        when it moved; None when the guard refused (the session is gone).
-        ``open_`` (default: as it was, plus ``current``): the members that
-        may be active."""
-        if open_ is None:
-            open_ = list(dict.fromkeys([*slot.open, *([current] if current else [])]))
+        """Compare-and-set the slot with ``changes`` (fields of ``_Slot``):
+        the slot as written; ``VersionConflict`` when it moved; None when
+        the guard refused (the session is gone)."""
+        current = changes.get("current", slot.current)
+        said = changes.get("said", slot.said)
+        previous = changes.get("previous", slot.previous)
+        open_ = changes.get("open", slot.open)
         value = {
             "id": current,
             "said": None if said is None else list(said),
-            "members": members,
+            "prev": previous,
             "open": open_,
         }
         put = await self._memory.store.put_guarded(
@@ -710,7 +712,33 @@ class Memories:
         )
         if put is None:
             return None
-        return _Slot(slot.key, put.version, current, said, members, open_)
+        return _Slot(slot.key, put.version, current, said, previous, open_)
+
+    async def _take_slot(
+        self,
+        uid: str,
+        slot: _Slot,
+        memory_id: str,
+        said: tuple[int, str],
+        previous: str | None,
+        guard: tuple[str, str] | None,
+    ) -> _Slot | None:
+        """Make ``memory_id`` the slot's current value (compare-and-set),
+        said at ``said``, replacing ``previous``. Its ``open`` list keeps the
+        old current value and the records not seen superseded or deleted
+        (they may still be active; they are few)."""
+        others = [m for m in slot.open if m not in (slot.current, memory_id)]
+        stored = await asyncio.gather(*(self._get(uid, m) for m in others))
+        still = [
+            m
+            for m, held in zip(others, stored, strict=True)
+            if held is None or held.record.status == "active"
+        ]
+        ahead = [slot.current] if slot.current is not None else []
+        open_ = list(dict.fromkeys([*still, *ahead, memory_id]))
+        return await self._write_slot(
+            uid, slot, guard, current=memory_id, said=said, previous=previous, open=open_
+        )
 
     async def _raise_said(
         self, uid: str, record: MemoryRecord, said: tuple[int, str], guard: tuple[str, str] | None
@@ -724,7 +752,7 @@ class Memories:
             if slot.current != record.id or (slot.said is not None and slot.said >= said):
                 return
             try:
-                await self._write_slot(uid, slot, slot.current, said, slot.members, guard)
+                await self._write_slot(uid, slot, guard, said=said)
                 return
             except VersionConflict:
                 continue
@@ -737,19 +765,15 @@ class Memories:
         *,
         arriving: str | None = None,
         own: str | None = None,
-    ) -> tuple[str, _Slot] | None:
-        """Bring the slot's records in line with it: every active record
-        but the current one superseded by it, first; then the current one
-        active again if a stale settle had superseded it. Repeated until
-        the slot holds still, so whoever changed it last settles last; then
-        the members seen superseded leave the slot's ``open`` list (only
-        those may be active, so a settle reads them, not the whole history).
-        Returns the id of the value the current one replaced (``""``: none)
-        and the slot as settled, or None when the guard refused.
-        ``arriving``: the current record is being added or restored by the
-        caller, who makes it active. ``own``: a record the caller stored
-        (looked at whether or not the slot lists it as open)."""
-        previous = ""
+    ) -> _Slot | None:
+        """Bring the slot's records in line with it: every record that may
+        be active (``open``) but the current one superseded by it, first;
+        then the current one active again if a stale settle had superseded
+        it. Repeated until the slot holds still, so whoever changed it last
+        settles last. Returns the slot as settled, or None when the guard
+        refused. ``arriving``: the current record is being added or
+        restored by the caller, who makes it active. ``own``: a record the
+        caller stored (looked at whether or not the slot lists it)."""
         touched: set[str] = set()
         for _round in range(_MAX_TRIES):
             extra = [m for m in (slot.current, own, *sorted(touched)) if m is not None]
@@ -781,7 +805,6 @@ class Memories:
                         guard=guard,
                     ):
                         return None
-                    previous = member
                 if (
                     target is not None
                     and target.record.status == "superseded"
@@ -804,33 +827,10 @@ class Memories:
                 slot = await self._slot(uid, slot.key)
                 continue
             again = await self._slot(uid, slot.key)
-            if again.version != slot.version:
-                slot = again
-                continue
-            # Held still: what this round saw inactive is settled for good
-            # (a writer that makes it current again lists it as open again).
-            keep = [m for m in slot.open if m == slot.current or m not in records or m == arriving]
-            if keep != slot.open:
-                try:
-                    pruned = await self._write_slot(
-                        uid, slot, slot.current, slot.said, slot.members, guard, open_=keep
-                    )
-                except VersionConflict:
-                    slot = await self._slot(uid, slot.key)
-                    continue
-                if pruned is None:
-                    return None
-                slot = pruned
-            return previous, slot
+            if again.version == slot.version:
+                return slot
+            slot = again
         raise VersionConflict(f"memory slot {slot.key!r}", slot.version, 0)
-
-    async def _superseded_by(self, uid: str, slot: _Slot, memory_id: str) -> str:
-        """The member of ``slot`` superseded by ``memory_id`` (``""``: none)."""
-        stored = await asyncio.gather(*(self._get(uid, m) for m in slot.members))
-        for held in stored:
-            if held is not None and held.record.superseded_by == memory_id:
-                return held.record.id
-        return ""
 
     async def _make_current(self, uid: str, stored: _Stored, reason: str) -> bool:
         """``restore`` of a single-valued fact: it becomes the slot's current
@@ -838,14 +838,12 @@ class Memories:
         record = stored.record
         assert isinstance(record, Fact)
         slot = await self._slot(uid, _slot_key(record))
-        previous = slot.current if slot.current != record.id else None
-        members = slot.members if record.id in slot.members else [*slot.members, record.id]
-        now = int(time.time() * 1000)
-        written = await self._write_slot(uid, slot, record.id, (now, ""), members, None)
+        previous = slot.current if slot.current != record.id else slot.previous
+        now = (int(time.time() * 1000), "")
+        written = await self._take_slot(uid, slot, record.id, now, previous, None)
         assert written is not None  # only a guarded write is ever refused
-        slot = written
         # The old value goes first: never two current values at once.
-        await self._settle(uid, slot, None, arriving=record.id)
+        await self._settle(uid, written, None, arriving=record.id)
         update: dict[str, Any] = {
             "status": "active",
             "superseded_by": None,
@@ -866,26 +864,23 @@ class Memories:
 
     async def _leave_slot(self, uid: str, record: MemoryRecord, *, purged: bool) -> None:
         """After ``record`` was deleted (or purged): it is no longer the
-        slot's current value (and, purged, no longer one of its records)."""
+        slot's current value (and, purged, no longer listed by it)."""
         if not _is_slotted(record):
             return
         assert isinstance(record, Fact)
         for _attempt in range(_MAX_TRIES):
             slot = await self._slot(uid, _slot_key(record))
-            members = [m for m in slot.members if m != record.id] if purged else slot.members
-            if slot.current != record.id and members == slot.members:
-                return
+            open_ = [m for m in slot.open if m != record.id] if purged else slot.open
             mine = slot.current == record.id
+            if not mine and open_ == slot.open and not (purged and slot.previous == record.id):
+                return
+            changes: dict[str, Any] = {"open": open_}
+            if mine:
+                changes.update(current=None, said=None, previous=None)
+            if purged and slot.previous == record.id:
+                changes["previous"] = None
             try:
-                await self._write_slot(
-                    uid,
-                    slot,
-                    None if mine else slot.current,
-                    None if mine else slot.said,
-                    members,
-                    None,
-                    open_=[m for m in slot.open if m != record.id] if purged else slot.open,
-                )
+                await self._write_slot(uid, slot, None, **changes)
                 return
             except VersionConflict:
                 continue
