@@ -51,6 +51,7 @@ __all__ = [
     "check_write_id",
     "is_memory",
     "new_write_id",
+    "shown",
 ]
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """``repr(value)``, or a description of an int too long to print (Python
     refuses to format one of more than 4,300 digits)."""
     if _is_int(value) and abs(value).bit_length() > 64:
@@ -82,9 +83,9 @@ def _shown(value: object) -> str:
 def _int_error(name: str, value: object, minimum: int, maximum: int, none: str) -> InvalidInput:
     if _is_int(value) and value > maximum:
         return InvalidInput(
-            f"{name} must be an int in [{minimum}, {maximum}]{none}, got {_shown(value)}"
+            f"{name} must be an int in [{minimum}, {maximum}]{none}, got {shown(value)}"
         )
-    return InvalidInput(f"{name} must be an int >= {minimum}{none}, got {_shown(value)}")
+    return InvalidInput(f"{name} must be an int >= {minimum}{none}, got {shown(value)}")
 
 
 def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
@@ -122,14 +123,14 @@ def check_optional_number(name: str, value: object) -> float | None:
     if value is None:
         return None
     if not _is_number(value) or not _finite(value):
-        raise InvalidInput(f"{name} must be a finite number or None, got {_shown(value)}")
+        raise InvalidInput(f"{name} must be a finite number or None, got {shown(value)}")
     return float(value)
 
 
 def check_seconds(name: str, value: object) -> float:
     """A finite number of seconds ``>= 0`` as a ``float``."""
     if not _is_number(value) or not _finite(value) or value < 0:
-        raise InvalidInput(f"{name} must be a finite number of seconds >= 0, got {_shown(value)}")
+        raise InvalidInput(f"{name} must be a finite number of seconds >= 0, got {shown(value)}")
     return float(value)
 
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import env
-from .checks import check_int, check_optional_int
+from .checks import check_int, check_optional_int, shown
 from .connection import CallPolicy
 from .consolidators import consolidator_from_env
 from .embeddings import Embedder, resolve_embedder
@@ -73,11 +73,11 @@ def _ttl_ms(value: float | timedelta | None) -> int | None:
         try:
             seconds = float(value)
         except OverflowError as exc:
-            raise InvalidInput(f"ttl is too large: {value!r}") from exc
+            raise InvalidInput(f"ttl is too large: {shown(value)}") from exc
     else:
         raise InvalidInput(f"ttl must be seconds, a timedelta or None, not {type(value).__name__}")
     if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidInput(f"ttl must be a positive number of seconds or None, got {value!r}")
+        raise InvalidInput(f"ttl must be a positive number of seconds or None, got {shown(value)}")
     if seconds > MAX_TTL.total_seconds():
         raise InvalidInput(
             f"ttl must be at most {MAX_TTL.total_seconds():.0f} seconds (use None to keep "
@@ -90,11 +90,9 @@ def _positive_seconds(name: str, value: object) -> None:
     if (
         not isinstance(value, int | float)
         or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value <= 0
-        or value > 86_400
+        or not 0 < value <= 86_400  # nan fails it too; no OverflowError for a huge int
     ):
-        raise InvalidInput(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
+        raise InvalidInput(f"{name} must be a number of seconds in (0, 86400], got {shown(value)}")
 
 
 def _optional_positive_int(name: str, value: object) -> None:
@@ -170,23 +168,11 @@ class MemoryConfig:
             value = getattr(self, hook)
             if value is not None and not callable(value):
                 raise InvalidInput(f"{hook} must be callable")
-        if (
-            not isinstance(self.retries, int)
-            or isinstance(self.retries, bool)
-            or not 0 <= self.retries <= MAX_RETRIES
-        ):
-            raise InvalidInput(
-                f"retries must be an int in [0, {MAX_RETRIES}], got {self.retries!r}"
-            )
+        check_int("retries", self.retries, maximum=MAX_RETRIES)
         _positive_seconds("connect_timeout", self.connect_timeout)
         _positive_seconds("socket_timeout", self.socket_timeout)
         _positive_seconds("replica_timeout", self.replica_timeout)
-        if (
-            not isinstance(self.replica_acks, int)
-            or isinstance(self.replica_acks, bool)
-            or not 0 <= self.replica_acks <= 16
-        ):
-            raise InvalidInput(f"replica_acks must be an int in [0, 16], got {self.replica_acks!r}")
+        check_int("replica_acks", self.replica_acks, maximum=16)
         if self.replica_acks and self.replica_timeout >= self.socket_timeout:
             raise InvalidInput("replica_timeout must be shorter than socket_timeout")
         if (
@@ -195,7 +181,7 @@ class MemoryConfig:
             or not 0 <= self.summarize_delay <= 86_400
         ):
             raise InvalidInput(
-                f"summarize_delay must be seconds in [0, 86400], got {self.summarize_delay!r}"
+                f"summarize_delay must be seconds in [0, 86400], got {shown(self.summarize_delay)}"
             )
         if not isinstance(self.queue_name, str) or not self.queue_name:
             raise InvalidInput("queue_name must be a non-empty str")
@@ -385,7 +371,7 @@ class WorkerConfig:
             or not 0 <= self.extract_quiet <= 3600
         ):
             raise InvalidInput(
-                f"extract_quiet must be seconds in [0, 3600], got {self.extract_quiet!r}"
+                f"extract_quiet must be seconds in [0, 3600], got {shown(self.extract_quiet)}"
             )
         _ttl_ms(self.memory_ttl)
         _positive_seconds("summarizer_timeout", self.summarizer_timeout)
@@ -395,7 +381,7 @@ class WorkerConfig:
             or not 0 <= self.sweep_grace <= 86_400
         ):
             raise InvalidInput(
-                f"sweep_grace must be seconds in [0, 86400], got {self.sweep_grace!r}"
+                f"sweep_grace must be seconds in [0, 86400], got {shown(self.sweep_grace)}"
             )
         for name in ("job_timeout", "sweep_seconds"):
             check_int(f"{name} (whole seconds)", getattr(self, name), minimum=1)

@@ -38,6 +38,7 @@ import msgpack
 from . import codec, ranking
 from .analysis import terms
 from .checks import (
+    check_int,
     check_optional_number,
     check_optional_str,
     check_seconds,
@@ -311,8 +312,7 @@ async def search(
     if query is not None and not isinstance(query, str):
         raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
     uid = validate_id(user_id, "user_id")
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"limit must be an int in [1, {MAX_LIMIT}], got {limit!r}")
+    limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
     min_score = check_optional_number("min_score", min_score)
     filters = []
     if session_id is not None:

@@ -28,9 +28,19 @@ from redismem.config import WorkerConfig
 from redismem.validation import MAX_DEPTH
 
 #: Every int argument gets these (the last two: not an int at all).
-BAD_INTS: list[Any] = [2**63, 2**100, -(2**100), MAX_INT + 1, True, 1.5]
+BAD_INTS: list[Any] = [2**63, 2**100, -(2**100), MAX_INT + 1, 10**5000, True, 1.5]
 #: Every number argument gets these.
-BAD_NUMBERS: list[Any] = [math.nan, -math.nan, math.inf, -math.inf, True, "1", 2**1100, -(2**1100)]
+BAD_NUMBERS: list[Any] = [
+    math.nan,
+    -math.nan,
+    math.inf,
+    -math.inf,
+    True,
+    "1",
+    2**1100,
+    -(2**1100),
+    10**5000,
+]
 
 Call = Callable[[Memory, Any], Awaitable[Any]]
 
@@ -166,10 +176,14 @@ async def test_int_options_out_of_range_are_rejected(
             await make_memory(**{option: value})
 
 
-async def test_summarize_delay_is_a_number_not_a_bool(make_memory: MemoryFactory) -> None:
-    for value in (True, math.nan, math.inf, -1):
-        with pytest.raises(InvalidInput, match="summarize_delay"):
-            await make_memory(summarize_delay=value)
+@pytest.mark.parametrize(
+    "option",
+    ["ttl", "memory_ttl", "recall_ttl", "connect_timeout", "socket_timeout", "summarize_delay"],
+)
+async def test_number_options_must_be_finite(make_memory: MemoryFactory, option: str) -> None:
+    for value in (True, math.nan, math.inf, -1, 10**5000):
+        with pytest.raises(InvalidInput, match=option.split("_")[-1]):
+            await make_memory(**{option: value})
 
 
 @pytest.mark.parametrize("option", ["job_timeout", "sweep_seconds"])
