@@ -511,7 +511,11 @@ async def test_composite_over_one_memory_writes_once_and_merges(
 
 
 async def test_composite_writes_every_distinct_store(mem: Memory) -> None:
-    other = await Memory.connect(f"memory://t-{uuid.uuid4().hex}", namespace="other")
+    # In the test's namespace: on the cluster backend its jobs go to the shared
+    # test server (REDISMEM_QUEUE_URL), whose teardown deletes them by namespace.
+    other = await Memory.connect(
+        f"memory://t-{uuid.uuid4().hex}", namespace=f"{mem.layout.namespace}-other"
+    )
     try:
         custom = ListProvider([])
         composite = CompositeMemory([BufferMemory(mem), BufferMemory(other), custom])
