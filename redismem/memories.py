@@ -851,14 +851,24 @@ class Memories:
         }
         if previous is not None:
             update["supersedes"] = previous
-        await self._put(
-            uid,
-            record.model_copy(update=update),
-            version=stored.version,
-            change="restored",
-            reason=reason,
-            guard=None,
-        )
+        for _attempt in range(_MAX_TRIES):
+            try:
+                await self._put(
+                    uid,
+                    stored.record.model_copy(update=update),
+                    version=stored.version,
+                    change="restored",
+                    reason=reason,
+                    guard=None,
+                )
+                break
+            except VersionConflict:
+                # A settle found it current and made it active meanwhile:
+                # this restore still records itself, on the latest version.
+                again = await self._get(uid, record.id)
+                if again is None:
+                    return False  # purged meanwhile
+                stored = again
         await self._settle(uid, await self._slot(uid, slot.key), None, own=record.id)
         return True
 

@@ -432,3 +432,25 @@ async def test_a_slot_written_before_it_listed_its_records_is_repaired(make_memo
     await mem.memories.add("alice", lives_in("Braga"))
     assert await active_objects(mem, "alice", "lives_in") == ["Braga"]
     assert_one_current_value(await every_record(mem, "alice"))
+
+
+async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(make_memory):
+    """Another writer settles the slot while a restore runs and, finding the
+    restored record current, makes it active first: the restore still says
+    True and records its reason."""
+    mem = await make_memory()
+    memories = Memories(mem)
+    lisbon = (await memories.add("alice", lives_in("Lisbon"))).record
+    await memories.add("alice", lives_in("Porto"))
+    real_settle = memories._settle
+
+    async def raced(uid: str, slot: Any, guard: Any, **kwargs: Any) -> Any:
+        if kwargs.get("arriving") == lisbon.id:
+            await real_settle(uid, slot, guard)  # a concurrent add's settle
+        return await real_settle(uid, slot, guard, **kwargs)
+
+    memories._settle = raced  # type: ignore[method-assign]
+    assert await memories.restore("alice", lisbon.id, reason="never moved") is True
+    assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
+    history = await mem.memories.history("alice", lisbon.id)
+    assert history[-1].change == "restored" and history[-1].reason == "never moved"
