@@ -38,14 +38,13 @@ from .counting import estimate_tokens, message_tokens
 from .errors import (
     ClientClosed,
     CorruptData,
-    EpochMoved,
     InvalidInput,
     RedisMemError,
     StoreUnavailable,
 )
 from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
 from .fencing import summary_message
-from .guard import UserEpochs, in_epoch
+from .guard import EpochMoved, UserEpochs, in_epoch
 from .keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
 from .models import (
     INPUT_FIELDS,

@@ -37,7 +37,6 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from .errors import (
     ConfigurationError,
     CorruptData,
-    EpochMoved,
     InvalidInput,
     MissingDependency,
     RedisMemError,
@@ -69,6 +68,18 @@ _embedded_logged: set[str] = set()
 CORRUPT_CODE = "REDISMEM_CORRUPT"
 #: Error code of a user-scoped script whose keys are of another epoch (_guard.lua).
 EPOCH_CODE = "REDISMEM_EPOCH"
+
+
+class EpochMoved(StoreError):
+    """Internal, never raised to a user: a user-scoped script found the user
+    cleared since its keys were built (``redismem.guard``). The caller builds
+    its keys again for ``current``, or drops what it read."""
+
+    def __init__(self, current: int) -> None:
+        super().__init__(f"the user was cleared meanwhile (now at epoch {current})")
+        self.current = current
+
+
 #: Replies meaning "not now" during a restart or failover: retried.
 _TRANSIENT_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 #: Cluster errors meaning "not now" (slots moving, a failover): retried.

@@ -90,16 +90,6 @@ class VersionConflict(StoreError):
         self.current = current
 
 
-class EpochMoved(StoreError):
-    """Internal: a user-scoped script found the user cleared since its keys
-    were built (``redismem.guard``). Callers build their keys again for
-    ``current``, or drop what they read; it never reaches the user."""
-
-    def __init__(self, current: int) -> None:
-        super().__init__(f"the user was cleared meanwhile (now at epoch {current})")
-        self.current = current
-
-
 class CorruptData(RedisMemError):
     """A stored value could not be decoded.
 

@@ -34,7 +34,8 @@ import msgpack
 from pydantic import TypeAdapter, ValidationError
 
 from . import codec
-from .errors import CorruptData, EpochMoved, ExtractorError
+from .errors import CorruptData, ExtractorError
+from .guard import EpochMoved
 from .keys import SessionKeys, validate_id
 from .memories import Memories
 from .memory_models import MemoryRecord, Provenance

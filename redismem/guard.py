@@ -45,14 +45,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .checks import new_write_id
-from .connection import scan_once
-from .errors import EpochMoved, InvalidInput, StoreError
+from .connection import EpochMoved, scan_once
+from .errors import InvalidInput, StoreError
 from .keys import EPOCH_MARK, KeyLayout, ParsedKey
 
 if TYPE_CHECKING:
     from .client import Memory
 
 __all__ = [
+    "EpochMoved",
     "GUARD_MIN_TTL_MS",
     "UserEpochs",
     "clear_all",

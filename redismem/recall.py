@@ -48,8 +48,8 @@ from .checks import (
 from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
-from .errors import CorruptData, EmbedderError, EpochMoved, InvalidInput
-from .guard import current_epoch, in_epoch
+from .errors import CorruptData, EmbedderError, InvalidInput
+from .guard import EpochMoved, current_epoch, in_epoch
 from .keys import (
     RecallKeys,
     SessionKeys,

@@ -47,8 +47,8 @@ from .analysis import terms
 from .checks import check_int, check_optional_int, check_write_id
 from .codec import ms_to_datetime
 from .connection import scan_once
-from .errors import CorruptData, EpochMoved, InvalidInput, StoreUnavailable, VersionConflict
-from .guard import in_epoch
+from .errors import CorruptData, InvalidInput, StoreUnavailable, VersionConflict
+from .guard import EpochMoved, in_epoch
 from .keys import (
     StoreKeys,
     escape_id,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import codec, recall
-from .errors import EpochMoved, SummarizerError
+from .errors import SummarizerError
+from .guard import EpochMoved
 from .keys import SessionKeys, validate_id
 from .toolgroups import split_at_tool_boundary
 

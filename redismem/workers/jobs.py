@@ -44,7 +44,6 @@ from redismem.connection import scan_once
 from redismem.errors import (
     CorruptData,
     EmbedderError,
-    EpochMoved,
     ExtractorError,
     InvalidInput,
     RedisMemError,
@@ -52,7 +51,7 @@ from redismem.errors import (
     SummarizerError,
 )
 from redismem.extract import ExtractOutcome, extract_pass
-from redismem.guard import current_epoch
+from redismem.guard import EpochMoved, current_epoch
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
 from redismem.recall import IndexOutcome, index_pass
