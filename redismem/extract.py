@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgpack
@@ -148,8 +149,10 @@ async def _extract(
 
     agents = _agents(entries, read.first_seq, len(messages))
     ids = {m.id: agents[i] for i, m in enumerate(messages)}
+    said = {m.id: m.created_at for m in messages}
     records = [
-        _with_source(record, sid, ids, extractor.name) for record in found[:MAX_MEMORIES_PER_PASS]
+        _with_source(record, sid, ids, said, extractor.name)
+        for record in found[:MAX_MEMORIES_PER_PASS]
     ]
     until = read.first_seq + len(messages) - 1
     outbox = b""
@@ -183,10 +186,16 @@ def _agents(entries: list[codec.DecodedEntry], first: int, count: int) -> list[s
 
 
 def _with_source(
-    record: Any, session_id: str, agents: dict[str | None, str | None], origin: str
+    record: Any,
+    session_id: str,
+    agents: dict[str | None, str | None],
+    said: dict[str | None, datetime | None],
+    origin: str,
 ) -> MemoryRecord:
     """``record`` with one source: this session, the batch's message ids it
-    names (others dropped) and the agent that wrote the first of them."""
+    names (others dropped), the agent that wrote the first of them, and when
+    the last of them was said (what orders values of one fact, whatever order
+    the workers extract in)."""
     try:
         checked = _RECORD.validate_python(
             record.model_dump() if hasattr(record, "model_dump") else record
@@ -196,7 +205,14 @@ def _with_source(
     named = [i for s in checked.sources for i in s.message_ids if i in agents]
     message_ids = list(dict.fromkeys(named))
     agent = agents.get(message_ids[0]) if message_ids else None
-    source = Provenance(session_id=session_id, message_ids=message_ids, agent=agent, origin=origin)
+    times = [t for i in message_ids if (t := said.get(i)) is not None]
+    source = Provenance(
+        session_id=session_id,
+        message_ids=message_ids,
+        agent=agent,
+        origin=origin,
+        at=max(times) if times else None,
+    )
     result: MemoryRecord = checked.model_copy(update={"id": "", "sources": [source]})
     return result
 

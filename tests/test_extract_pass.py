@@ -241,3 +241,25 @@ async def test_near_duplicates_found_by_extraction_go_to_the_consolidator(make_m
     assert shown == [("The user lives in Lisbon, Portugal.", ["The user lives in Lisbon."])]
     [hit] = await mem.memories.search("alice", status="any")
     assert [s.message_ids for s in hit.record.sources] == [[message_id(1)], [message_id(2)]]
+
+
+async def test_a_custom_extractor_s_values_are_ordered_by_when_they_were_said(make_memory):
+    """Issue 19, defect 6: an extractor that sets no times still gets each
+    memory dated by the messages it cites, so the value said last is current
+    whatever the order of the batch (here an import, newest first)."""
+    from datetime import UTC, datetime
+
+    mem = await make_memory(index=True)
+    day = datetime(2024, 5, 1, tzinfo=UTC)
+    for city, when in (("Porto", day.replace(day=3)), ("Lisbon", day.replace(day=2))):
+        await mem.write(
+            [user(f"I live in {city}")], session_id="s1", user_id="alice", created_at=when
+        )
+    await catch_up(mem, user_id="alice", session_id="s1")
+    outcome = await extract_pass(mem, CityExtractor(), user_id="alice", session_id="s1", quiet=0)
+    assert outcome.status == "extracted"
+    [current] = await mem.memories.search("alice")
+    assert current.record.text == "The user lives in Porto."
+    assert current.record.sources[0].at == day.replace(day=3)
+    [older] = await mem.memories.search("alice", status="superseded")
+    assert older.record.sources[0].at == day.replace(day=2)
