@@ -1040,8 +1040,19 @@ class LocalSentinel:
     # -- data and teardown -------------------------------------------------
 
     def delete_matching(self, pattern: str) -> int:
+        """Delete the keys matching ``pattern`` on the master, and the members
+        matching it in the queue side's sorted sets (a test's jobs in the
+        default queue, which lives here with the data behind Sentinel)."""
         with _client(self.master_port()) as client:
-            return sum(int(client.unlink(k)) for k in client.scan_iter(match=pattern, count=1000))
+            deleted = sum(
+                int(client.unlink(k)) for k in client.scan_iter(match=pattern, count=1000)
+            )
+            for prefix in ("redismem/", "arq:"):
+                for key in client.scan_iter(match=f"{prefix}*", count=1000, _type="zset"):
+                    members = [m for m, _ in client.zscan_iter(key, match=pattern, count=1000)]
+                    if members:
+                        client.zrem(key, *members)
+            return deleted
 
     def all_processes(self) -> list[ServerProcess]:
         return [*self.data.values(), *self.sentinels]

@@ -8,10 +8,13 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+import redis
 from helpers import keys_matching, pttls, snapshot
+from servers import LocalSentinel
 
 TESTS = Path(__file__).resolve().parent
 
@@ -97,3 +100,20 @@ def test_a_test_that_leaves_keys_fails_at_teardown_naming_them(tmp_path: Path) -
     assert "the test left 2 key(s)" in out, out
     assert "b'redismem/queue-x:health-check' (string, pttl" in out, out
     assert "b'arq:queue-x' (zset, pttl -1)" in out, out
+
+
+def test_a_tests_jobs_in_the_default_queue_behind_sentinel_go_with_its_keys(
+    sentinel: LocalSentinel, namespace: str
+) -> None:
+    """Behind Sentinel the queue lives with the data: the teardown's cleanup
+    there removes the test's jobs from a shared queue, and only those."""
+    queue = f"redismem/queue-{uuid.uuid4().hex[:8]}"  # stands for the default queue
+    with redis.Redis.from_url(sentinel.master_url()) as client:
+        try:
+            client.zadd(queue, {f"sum:{namespace}:a:s:1": 1, "sum:someone-else:a:s:1": 2})
+            client.set(f"{namespace}:{{u:a}}:s:s:msgs", b"m")
+            sentinel.delete_matching(f"*{namespace}*")
+            assert client.zrange(queue, 0, -1) == [b"sum:someone-else:a:s:1"]
+            assert client.exists(f"{namespace}:{{u:a}}:s:s:msgs") == 0
+        finally:
+            client.delete(queue)
