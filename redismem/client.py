@@ -781,16 +781,10 @@ class Memory:
         layout = self.layout
         prefixes = [tag_index_prefix(k, v) for k, v in wanted.items()]
         self._check_open()
-        epoch = 0
 
-        async def listed(at: int) -> list[tuple[str, float]]:
-            nonlocal epoch
-            epoch = at
-            return await self._scripts.sessions(layout.user(uid, at), prefixes)
-
-        candidates = await in_epoch(self.epochs, uid, listed)
-
-        def details(at: int) -> list[tuple[Any, ...]]:
+        async def listed(at: int) -> tuple[int, list[tuple[str, float]], list[Any]]:
+            user_keys = layout.user(uid, at)
+            candidates = await self._scripts.sessions(user_keys, prefixes)
             commands: list[tuple[Any, ...]] = []
             for sid, _ in candidates:
                 keys = layout.session(uid, sid, at)
@@ -799,11 +793,10 @@ class Memory:
                 commands.append(("HGETALL", keys.tags))
                 if wanted:
                     commands.append(("LRANGE", keys.entries, 0, -1))
-            return commands
+            details = await guard.read_guarded(self, user_keys, commands) if commands else []
+            return at, candidates, details
 
-        results = await guard.read_in_epoch(self, uid, details) if candidates else []
-        if self.epochs.get(uid) != epoch:
-            return []  # the user was cleared between the listing and the details
+        epoch, candidates, results = await in_epoch(self.epochs, uid, listed)
         step = 4 if wanted else 3
         out = []
         for i, (sid, deadline) in enumerate(candidates):

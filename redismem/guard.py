@@ -13,7 +13,7 @@ The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
   epoch changes nothing and fails with ``EpochMoved``: a client call builds
   its keys for the new epoch and runs again (``in_epoch``); a worker drops
   what it read (its commit names keys of a cleared epoch). Plain reads run in
-  one MULTI with the guard (``read_in_epoch``). A key family added later
+  one MULTI with the guard (``read_guarded``). A key family added later
   gets its keys from ``KeyLayout`` for an epoch and its scripts from the
   registry, so it is covered without anyone remembering to.
 * **clear_user** starts a new epoch in one atomic step (``guard_bump.lua``):
@@ -50,6 +50,9 @@ from .errors import InvalidInput, StoreError
 from .keys import EPOCH_MARK, KeyLayout, ParsedKey
 
 if TYPE_CHECKING:
+    from .scripts import Scoped
+
+if TYPE_CHECKING:
     from .client import Memory
 
 __all__ = [
@@ -60,7 +63,7 @@ __all__ = [
     "clear_user",
     "current_epoch",
     "in_epoch",
-    "read_in_epoch",
+    "read_guarded",
     "user_digest",
 ]
 
@@ -121,21 +124,18 @@ async def current_epoch(memory: Memory, user_id: str) -> int:
     return epoch
 
 
-async def read_in_epoch(
-    memory: Memory, user_id: str, commands: Callable[[int], Sequence[Sequence[Any]]]
+async def read_guarded(
+    memory: Memory, scope: Scoped, commands: Sequence[Sequence[Any]]
 ) -> list[Any]:
-    """The replies of ``commands(epoch)`` (plain reads of keys built for
-    ``epoch``), run in one MULTI with a read of the guard, for the user's
-    current epoch: read again when the guard holds another."""
-    guard = memory.layout.guard(user_id)
-    for _ in range(_EPOCH_TRIES):
-        epoch = memory.epochs.get(user_id)
-        raw, *replies = await memory.atomic([("HGET", guard, "e"), *commands(epoch)], key=guard)
-        current = int(raw) if raw is not None else 0
-        if current == epoch:
-            return replies
-        memory.epochs.set(user_id, current)
-    raise StoreError(f"user {user_id!r} was cleared {_EPOCH_TRIES} times during one read")
+    """The replies of ``commands``, plain reads of keys built for ``scope``'s
+    epoch, run in one MULTI with a read of the guard: ``EpochMoved`` when the
+    user was cleared since (the way every plain read of a user's keys is
+    guarded, as ``_guard.lua`` guards the scripts)."""
+    raw, *replies = await memory.atomic([("HGET", scope.guard, "e"), *commands], key=scope.guard)
+    current = int(raw) if raw is not None else 0
+    if current != scope.epoch:
+        raise EpochMoved(current)
+    return replies
 
 
 def user_digest(namespace: str, user_id: str) -> str:

@@ -49,7 +49,7 @@ from .codec import ROLE_CODE
 from .connection import scan_once
 from .embeddings import Embedder, cosine, model_id, quantize
 from .errors import CorruptData, EmbedderError, InvalidInput
-from .guard import EpochMoved, current_epoch, in_epoch
+from .guard import EpochMoved, current_epoch, in_epoch, read_guarded
 from .keys import (
     RecallKeys,
     SessionKeys,
@@ -505,15 +505,16 @@ async def _done(memory: Memory, keys: SessionKeys, seq: int, since_ms: float) ->
     """Whether the work due for the session's writes up to ``seq`` is done
     (or the user was cleared since)."""
     session_id = _session_id_of(memory, keys)
-    raw_epoch, raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await memory.atomic(
-        [
-            ("HGET", keys.guard, "e"),
-            ("ZSCORE", keys.pending, session_id),
-            ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg", "xwm", "xbox"),
-        ],
-        key=keys.meta,
-    )
-    if int(raw_epoch or 0) != keys.epoch:
+    try:
+        raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await read_guarded(
+            memory,
+            keys,
+            [
+                ("ZSCORE", keys.pending, session_id),
+                ("HMGET", keys.meta, "iwm", "rttl", "wm", "sumcfg", "xwm", "xbox"),
+            ],
+        )
+    except EpochMoved:
         return True  # cleared: nothing is due any more
     if raw_pending is None or float(raw_pending) > since_ms:
         return True  # settled (or settled and marked again by a later write)

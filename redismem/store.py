@@ -48,7 +48,7 @@ from .checks import check_int, check_optional_int, check_write_id
 from .codec import ms_to_datetime
 from .connection import scan_once
 from .errors import CorruptData, InvalidInput, StoreUnavailable, VersionConflict
-from .guard import EpochMoved, in_epoch
+from .guard import EpochMoved, in_epoch, read_guarded
 from .keys import (
     StoreKeys,
     escape_id,
@@ -487,13 +487,7 @@ class LongTermStore:
     async def _read(self, keys: StoreKeys, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """The replies of plain reads of ``keys``' epoch, in one MULTI with
         the guard: ``EpochMoved`` when the tenant was cleared meanwhile."""
-        raw, *replies = await self._memory.atomic(
-            [("HGET", keys.guard, "e"), *commands], key=keys.guard
-        )
-        current = int(raw) if raw is not None else 0
-        if current != keys.epoch:
-            raise EpochMoved(current)
-        return replies
+        return await read_guarded(self._memory, keys, commands)
 
     # -- writes ---------------------------------------------------------------
 
