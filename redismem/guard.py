@@ -20,10 +20,13 @@ The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
   from then on nothing of the earlier epochs can be read or written by
   anyone, however late a worker's commit arrives. Then it deletes every key
   of the earlier epochs (SCAN and UNLINK: nothing can recreate them), the
-  user's jobs still waiting on the queue and its failure records, and drops
-  the guard when the user did not come back meanwhile (``guard_drop.lua``),
-  so a cleared user leaves no key at all. Writes racing the clear land either
-  before the new epoch (and are deleted) or in it (and are kept, and indexed).
+  user's jobs still waiting on the queue and its failure records, and
+  settles the guard (``guard_settle.lua``): marks the clear finished, and
+  drops the guard when the user did not come back meanwhile, so a cleared
+  user leaves no key at all. When the caller dies halfway, the workers'
+  sweep finishes the clear (``unfinished_clear``, ``finish_clear``). Writes
+  racing the clear land either before the new epoch (and are deleted) or in
+  it (and are kept, and indexed).
 * **The guard outlives its epoch's keys**: every script that gives keys of
   an epoch a deadline gives the guard at least the same (``cover_guard`` in
   ``_guard.lua``), and a new guard lives at least ``GUARD_MIN_TTL_MS``, longer
@@ -58,9 +61,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EpochMoved",
     "GUARD_MIN_TTL_MS",
+    "GUARD_SETTLE_GRACE_MS",
     "UserEpochs",
     "clear_all",
     "clear_user",
+    "finish_clear",
+    "unfinished_clear",
     "current_epoch",
     "in_epoch",
     "read_guarded",
@@ -81,6 +87,9 @@ _EPOCH_TRIES = 8
 _UNLINK_BATCH = 1000
 #: Keys SCAN examines per call while reaping (a user may have 10^5 keys).
 _SCAN_COUNT = 5000
+#: A clear not settled this long after it began is finished by the workers'
+#: sweep: its caller died (a running clear_user takes seconds).
+GUARD_SETTLE_GRACE_MS = 5 * 60 * 1000
 
 
 class UserEpochs:
@@ -148,10 +157,37 @@ def user_digest(namespace: str, user_id: str) -> str:
 async def clear_user(memory: Memory, user_id: str) -> int:
     """See ``Memory.clear_user``. Returns the number of keys deleted."""
     epoch = await _new_epoch(memory, user_id)
+    return await finish_clear(memory, user_id, epoch)
+
+
+async def finish_clear(memory: Memory, user_id: str, epoch: int) -> int:
+    """The rest of a clear that started ``epoch``: delete the earlier epochs'
+    keys and queued jobs, then settle the guard. Idempotent: the workers'
+    sweep runs it for a clear whose caller died halfway (``unfinished_clear``)."""
     removed = await reap(memory, user_id, below=epoch)
     await memory.queue.forget_user(memory.layout, user_id)
-    await _drop_guard(memory, user_id, epoch)
+    await _settle_guard(memory, user_id, epoch)
     return removed
+
+
+async def unfinished_clear(memory: Memory, guard_key: str | bytes) -> tuple[str, int] | None:
+    """``(user, epoch)`` when ``guard_key`` (a match of
+    ``KeyLayout.guard_pattern``) is the guard of a clear not finished after
+    ``GUARD_SETTLE_GRACE_MS`` (its caller died), else None."""
+    text = guard_key.decode() if isinstance(guard_key, bytes) else guard_key
+    try:
+        parsed = memory.layout.parse_key(text)
+    except InvalidInput:
+        return None
+    if parsed.kind != "guard" or parsed.session_id is not None:
+        return None
+    epoch, reaped, at = await memory.call(lambda redis: redis.hmget(text, "e", "reaped", "at"))
+    if epoch is None or epoch == reaped or at is None:
+        return None
+    now_ms = await memory.call(lambda redis: redis.time())
+    if (now_ms[0] * 1000 + now_ms[1] // 1000) - int(at) < GUARD_SETTLE_GRACE_MS:
+        return None  # its clear_user may still be running
+    return parsed.user_id, int(epoch)
 
 
 async def clear_all(memory: Memory) -> int:
@@ -176,7 +212,7 @@ async def clear_all(memory: Memory) -> int:
     removed = await _delete(memory, layout.namespace_pattern(), None, doomed)
     await memory.queue.forget_user(layout, None)
     for user_id, epoch in epochs.items():
-        await _drop_guard(memory, user_id, epoch)
+        await _settle_guard(memory, user_id, epoch)
     return removed
 
 
@@ -210,10 +246,10 @@ async def _new_epoch(memory: Memory, user_id: str) -> int:
     return epoch
 
 
-async def _drop_guard(memory: Memory, user_id: str, epoch: int) -> None:
+async def _settle_guard(memory: Memory, user_id: str, epoch: int) -> None:
     layout = memory.layout
     roots = layout.epoch_roots(user_id, epoch)
-    if await memory.scripts.drop_guard(layout.guard(user_id), epoch=epoch, roots=roots):
+    if await memory.scripts.settle_guard(layout.guard(user_id), epoch=epoch, roots=roots):
         memory.epochs.set(user_id, 0)
 
 

@@ -18,8 +18,10 @@ Every key of a user lies in one *epoch* of that user (``redismem.guard``):
 the server's time in ms of the clear). Outside every epoch lies one key::
 
     ns:{u:U}:guard             HASH  e (the user's epoch; absent = 0), at (ms of
-                               the last clear). Made by clear_user, which drops
-                               it again when the new epoch holds nothing; kept
+                               the last clear), reaped (the epoch whose earlier
+                               ones are deleted: the clear finished). Made by
+                               clear_user, which drops it again when the new
+                               epoch holds nothing; kept
                                at least a day, and as long as every key of its
                                epoch (each deadline given to one covers it)
 
@@ -434,6 +436,11 @@ class KeyLayout:
         clear; absent = epoch 0). Every user-scoped script checks it: see
         ``redismem.guard``."""
         return self.user_tag_prefix(user_id) + "guard"
+
+    def guard_pattern(self) -> str:
+        """SCAN pattern matching the guard of every user (and a few other
+        keys: check matches with ``parse_key``, kind ``guard``)."""
+        return f"{self.namespace}:{{u:*:guard"
 
     def user_pattern(self, user_id: str) -> str:
         """SCAN pattern matching every key of one user (every epoch, and the

@@ -87,7 +87,7 @@ _FULL_LOG_EVERY = 60.0
 
 #: Scripts that work on no user's keys, or that own the guard itself: not
 #: prefixed with ``_guard.lua``. Every other script is user-scoped.
-_UNGUARDED = ("guard_bump", "guard_drop")
+_UNGUARDED = ("guard_bump", "guard_settle")
 
 
 def is_user_scoped(name: str) -> bool:
@@ -527,10 +527,10 @@ class SessionScripts:
         once per ``clear_id``."""
         return int(await self._run("guard_bump", [guard], [min_ttl_ms, clear_id]))
 
-    async def drop_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
-        """Drop ``guard`` if it still holds ``epoch`` and no root key of the
-        epoch exists (``guard_drop.lua``)."""
-        return bool(await self._run("guard_drop", [guard, *roots], [epoch]))
+    async def settle_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
+        """Record ``epoch``'s earlier epochs deleted and drop ``guard`` if no
+        root key of the epoch exists (``guard_settle.lua``): True if dropped."""
+        return bool(await self._run("guard_settle", [guard, *roots], [epoch]))
 
     async def clear(
         self, keys: SessionKeys, recall: RecallKeys, *, session_id: str, grave: str

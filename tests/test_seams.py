@@ -382,3 +382,60 @@ async def test_a_write_meeting_a_key_of_the_wrong_type_writes_nothing(
     assert [m.content for m in await mem.read(session_id="s0")] == ["first"]
     await mem.write([{"role": "user", "content": "again"}], session_id="s1", tags={"a": "2"})
     assert [m.content for m in await mem.read(session_id="s1")] == ["again"]
+
+
+CLEAR_THEN_DIE = """
+import asyncio, os, signal, sys
+import redismem.guard as guard
+from redismem import Memory
+
+async def main() -> None:
+    mem = await Memory.connect(sys.argv[1], namespace=sys.argv[2])
+
+    async def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)  # after the new epoch began
+
+    guard.reap = die
+    await mem.clear_user("u")
+
+asyncio.run(main())
+"""
+
+
+async def test_a_clear_whose_caller_dies_halfway_is_finished_by_the_workers(
+    redis_url: str, workers: Any, raw_factory: Any, namespace: str, queue_name: str
+) -> None:
+    """The process calling clear_user is SIGKILLed right after the new epoch
+    began: nothing of the user is readable at once, and the workers' sweep
+    deletes the earlier keys once the clear is overdue."""
+    import sys
+
+    raw = await raw_factory(redis_url)
+    mem = await connect(redis_url, namespace, queue_name)
+    try:
+        for s in range(5):
+            await mem.write(
+                [{"role": "user", "content": f"hi {s}"}], session_id=f"s{s}", user_id="u"
+            )
+        await mem.store.put(("u", "notes"), "n", {"text": "note"})
+        before = await user_keys(raw, mem, "u")
+        dead = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CLEAR_THEN_DIE, redis_url, namespace
+        )
+        assert await asyncio.wait_for(dead.wait(), 60) == -signal.SIGKILL
+        assert set(await user_keys(raw, mem, "u")) >= set(before)  # not deleted yet...
+        assert await mem.sessions(user_id="u") == []  # ...but gone for every reader
+        assert await mem.read(session_id="s0", user_id="u") == []
+        assert await mem.store.get(("u", "notes"), "n") is None
+        # Five minutes later (the guard's clock, moved back), a worker's sweep
+        # finishes the clear.
+        guard_key = mem.layout.guard("u")
+        await raw.hset(guard_key, "at", 1)
+        await wait_ready(raw, workers.start(worker_env(redis_url, namespace, queue_name)))
+
+        async def finished() -> bool:
+            return await user_keys(raw, mem, "u") == []
+
+        await eventually(finished, within=60, what="the sweep to finish the clear")
+    finally:
+        await mem.aclose()

@@ -51,7 +51,7 @@ from redismem.errors import (
     SummarizerError,
 )
 from redismem.extract import ExtractOutcome, extract_pass
-from redismem.guard import EpochMoved, current_epoch
+from redismem.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
 from redismem.recall import IndexOutcome, index_pass
@@ -373,15 +373,44 @@ async def _give_up(
 
 async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     """Enqueue sessions marked pending whose job never arrived (a client that
-    died between its write and its enqueue). Each run examines a bounded
-    slice of the keyspace, resuming the SCAN cursor where the last run ended."""
-    enqueued = 0
+    died between its write and its enqueue), and finish clears whose caller
+    died halfway (``redismem.guard.unfinished_clear``). Each run examines a
+    bounded slice of the keyspace, resuming the SCAN cursors where the last
+    run ended."""
+    enqueued = finished = 0
     for namespace in config_of(ctx).namespaces:
         try:
             enqueued += await _sweep_namespace(ctx, namespace)
+            finished += await _finish_clears(ctx, namespace)
         except RedisMemError as exc:
             logger.warning("reconcile sweep of %r failed: %s", namespace, exc)
-    return {"enqueued": enqueued}
+    return {"enqueued": enqueued, "clears_finished": finished}
+
+
+async def _scan_slice(memory: Memory, cursor_name: str, pattern: str) -> list[bytes]:
+    """The next slice of a SCAN over ``pattern`` (at most ``SWEEP_COUNT``
+    keys examined), its cursor kept between runs under ``cursor_name``."""
+    cursor_key = memory.layout.queue_key(cursor_name)
+    raw_cursor = await memory.call(lambda redis: redis.get(cursor_key))
+    cursor = raw_cursor.decode("ascii", "replace") if raw_cursor else "0"
+    cursor, found = await memory.call(
+        functools.partial(scan_once, cursor=cursor, pattern=pattern, count=SWEEP_COUNT)
+    )
+    await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
+    return found
+
+
+async def _finish_clears(ctx: dict[str, Any], namespace: str) -> int:
+    memory = await memory_for(ctx, namespace)
+    finished = 0
+    for key in await _scan_slice(memory, "guard-sweep", memory.layout.guard_pattern()):
+        unfinished = await unfinished_clear(memory, key)
+        if unfinished is not None:
+            user_id, epoch = unfinished
+            removed = await finish_clear(memory, user_id, epoch)
+            logger.info("finished an interrupted clear_user (%d keys removed)", removed)
+            finished += 1
+    return finished
 
 
 async def _marked_before(memory: Memory, key: bytes, cutoff: int) -> list[tuple[bytes, float]]:
@@ -395,15 +424,7 @@ async def _marked_before(memory: Memory, key: bytes, cutoff: int) -> list[tuple[
 async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
     memory = await memory_for(ctx, namespace)
     layout = memory.layout
-    cursor_key = layout.queue_key("sweep")
-    raw_cursor = await memory.call(lambda redis: redis.get(cursor_key))
-    cursor = raw_cursor.decode("ascii", "replace") if raw_cursor else "0"
-    cursor, pending_keys = await memory.call(
-        functools.partial(
-            scan_once, cursor=cursor, pattern=layout.pending_pattern(), count=SWEEP_COUNT
-        )
-    )
-    await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
+    pending_keys = await _scan_slice(memory, "sweep", layout.pending_pattern())
     cutoff = int((time.time() - config_of(ctx).sweep_grace) * 1000)
     queue = queue_of(ctx)
     enqueued = 0
