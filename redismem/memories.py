@@ -338,10 +338,13 @@ class Memories:
         change: str,
         reason: str,
         guard: tuple[str, str] | None,
+        slot: _Slot | None = None,
     ) -> bool:
         """Put ``record`` if its item is at ``version`` (0: none): False when
         the guard refused it (the session is gone); ``VersionConflict`` when
-        the version moved."""
+        the version moved, or, with ``slot``, when the slot moved: a value is
+        made current only while its slot, settled, holds still, so that two
+        values of one slot are never active at once."""
         put = await self._memory.store.put_guarded(
             (user_id, RECORDS),
             record.id,
@@ -350,6 +353,7 @@ class Memories:
             ttl=self._ttl,
             if_version=version,
             guard=guard,
+            while_at=None if slot is None else ((user_id, LOOKUPS), slot.key, slot.version),
         )
         if put is not None and isinstance(record, Document):
             await self._put_chunks(user_id, record, guard)
@@ -606,11 +610,20 @@ class Memories:
                 reason = f"said before the current value {slot.current}"
             try:
                 if not await self._put(
-                    uid, record, version=0, change=change, reason=reason, guard=guard
+                    uid,
+                    record,
+                    version=0,
+                    change=change,
+                    reason=reason,
+                    guard=guard,
+                    slot=slot if becomes else None,
                 ):
                     return None
             except VersionConflict:
-                pass  # a concurrent re-send of this add put it: read below
+                # A concurrent re-send of this add put it (read below), or the
+                # slot moved since it was settled (then nothing was put: the
+                # add starts again).
+                pass
             got = await self._get(uid, new.id)
             if got is None:
                 raise VersionConflict(f"memory {new.id!r}", 0, 0)
@@ -821,6 +834,7 @@ class Memories:
                         change="restored",
                         reason="the current value again",
                         guard=guard,
+                        slot=slot,
                     ):
                         return None
             except VersionConflict:
@@ -843,7 +857,8 @@ class Memories:
         written = await self._take_slot(uid, slot, record.id, now, previous, None)
         assert written is not None  # only a guarded write is ever refused
         # The old value goes first: never two current values at once.
-        await self._settle(uid, written, None, arriving=record.id)
+        settled = await self._settle(uid, written, None, arriving=record.id)
+        assert settled is not None  # only a guarded write is ever refused
         update: dict[str, Any] = {
             "status": "active",
             "superseded_by": None,
@@ -852,6 +867,8 @@ class Memories:
         if previous is not None:
             update["supersedes"] = previous
         for _attempt in range(_MAX_TRIES):
+            if settled.current != record.id:
+                break  # a later value took the slot meanwhile: this one stays in history
             try:
                 await self._put(
                     uid,
@@ -860,15 +877,25 @@ class Memories:
                     change="restored",
                     reason=reason,
                     guard=None,
+                    slot=settled,
                 )
                 break
             except VersionConflict:
-                # A settle found it current and made it active meanwhile:
-                # this restore still records itself, on the latest version.
+                # A settle found it current and made it active meanwhile
+                # (this restore still records itself, on the latest
+                # version), or the slot moved: settled again, it is current
+                # still, or a later value took the slot and this one stays
+                # in history.
                 again = await self._get(uid, record.id)
                 if again is None:
                     return False  # purged meanwhile
                 stored = again
+                slot_now = await self._slot(uid, slot.key)
+                if slot_now.current == record.id:
+                    slot_now = (
+                        await self._settle(uid, slot_now, None, arriving=record.id) or slot_now
+                    )
+                settled = slot_now
         await self._settle(uid, await self._slot(uid, slot.key), None, own=record.id)
         return True
 

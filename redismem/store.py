@@ -540,11 +540,15 @@ class LongTermStore:
         write_id: str | None = None,
         if_version: int | None = None,
         guard: tuple[str, str] | None = None,
+        while_at: tuple[tuple[str, ...], str, int] | None = None,
     ) -> Item | None:
         """``put``, for redismem's own writers on behalf of a session:
         ``guard`` is ``(key, gen)``, a hash in the tenant's slot (the
         session's meta) whose ``gen`` field must still be ``gen``; returns
-        None, writing nothing, when it is not (the session was cleared)."""
+        None, writing nothing, when it is not (the session was cleared).
+        ``while_at``: ``(namespace, key, version)`` of another item of the
+        same tenant; the put lands only while that item is at that version
+        (0: none), else ``VersionConflict`` and nothing is written."""
         ns = _check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         item_value = _check_json_dict(value, "value")
@@ -555,6 +559,13 @@ class LongTermStore:
         expected = "" if if_version is None else check_int("if_version", if_version)
         counts = _index_terms(item_value, paths)
         ref = store_ref(ns, item_key)
+        other = None
+        if while_at is not None:
+            other_ns = _check_namespace(while_at[0], "while_at namespace")
+            if other_ns[0] != ns[0]:
+                raise InvalidInput("while_at must name an item of the same tenant")
+            other = store_ref(other_ns, validate_id(while_at[1], "while_at key"))
+            check_int("while_at version", while_at[2])
         pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
         payload = _payload(item_value, item_source)
 
@@ -568,6 +579,7 @@ class LongTermStore:
                 sum(counts.values()),
                 expected,
                 "" if guard is None else guard[1],
+                "" if while_at is None else while_at[2],
                 *pairs,
             ]
             script_keys = [
@@ -575,6 +587,7 @@ class LongTermStore:
                 keys.item(ref),
                 keys.history(ref),
                 keys.item(ref) if guard is None else guard[0],
+                keys.item(ref) if other is None else keys.item(other),
                 *(keys.term(term) for term in counts),
             ]
             return self._run("store_put", keys, script_keys, args)
@@ -595,6 +608,9 @@ class LongTermStore:
             raise
         if status == -2:
             return None
+        if status == -3:
+            assert while_at is not None
+            raise VersionConflict(f"item {while_at[1]!r}", while_at[2], int(version))
         if status == -1:
             raise VersionConflict(f"item {key!r} of {namespace!r}", int(expected), int(version))
         record = _Record(version, created, updated, False, item_value, item_source)

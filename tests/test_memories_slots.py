@@ -454,3 +454,58 @@ async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(ma
     assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
     history = await mem.memories.history("alice", lisbon.id)
     assert history[-1].change == "restored" and history[-1].reason == "never moved"
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_no_two_values_are_ever_active_at_once_while_adds_race(make_memory, raw, seed):
+    """Issue 19, defect 5, "at every moment": while adds, restores and
+    deletes of one slot race, an atomic look (one MGET of every record)
+    never finds two active values: a value is made current only while its
+    slot, settled, holds still (``store.put_guarded(while_at=...)``)."""
+    import msgpack
+
+    from redismem.keys import store_namespace_ref
+
+    mem = await make_memory()
+    rng = random.Random(seed)
+    first = [(await mem.memories.add("alice", lives_in(c))).record.id for c in CITIES]
+    store_keys = mem.layout.store("alice", mem.epochs.get("alice"))
+    pattern = store_keys.item(store_namespace_ref(("alice", "memories")) + "#") + "*"
+    done = asyncio.Event()
+    worst = [0]
+
+    async def sampler() -> None:
+        while not done.is_set():
+            keys = [k async for k in raw.scan_iter(match=pattern, count=1000)]
+            values = await raw.mget(keys) if keys else []
+            active = 0
+            for value in values:
+                if value is None:
+                    continue
+                head = value.split(b",", 4)
+                if head[3] != b"p":
+                    continue
+                fields = msgpack.unpackb(head[4], raw=False)[1]
+                if fields.get("status") == "active" and fields.get("predicate") == "lives_in":
+                    active += 1
+            worst[0] = max(worst[0], active)
+            await asyncio.sleep(0)
+
+    async def one(n: int) -> None:
+        choice = rng.random()
+        if choice < 0.6:
+            await mem.memories.add("alice", lives_in(f"City{n}"))
+        elif choice < 0.85:
+            await mem.memories.restore("alice", rng.choice(first))
+        else:
+            await mem.memories.delete("alice", rng.choice(first))
+
+    watcher = asyncio.create_task(sampler())
+    try:
+        for _ in range(6):
+            await asyncio.gather(*(one(n) for n in range(8)))
+    finally:
+        done.set()
+        await watcher
+    assert worst[0] <= 1
+    assert_one_current_value(await every_record(mem, "alice"))

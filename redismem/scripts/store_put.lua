@@ -6,7 +6,9 @@
 -- KEYS[10]     the item's key   KEYS[11] its history
 -- KEYS[12]     guard: a hash of the tenant whose field `gen` must equal
 --              ARGV[10] (any key when ARGV[10] is "")
--- KEYS[13..]   the postings of the item's terms, in the order of ARGV[11..]
+-- KEYS[13]     another item of the tenant that must be at version ARGV[11]
+--              (any key when ARGV[11] is "")
+-- KEYS[14..]   the postings of the item's terms, in the order of ARGV[12..]
 -- ARGV[1..3]   key prefixes (see store_common.lua)
 -- ARGV[4]      the item ref
 -- ARGV[5]      write id
@@ -16,10 +18,14 @@
 -- ARGV[9]      "" or the live version the item must be at (0: no live item)
 -- ARGV[10]     "" or the `gen` the guard hash must hold (a session's
 --              incarnation: a put on behalf of a cleared session is refused)
--- ARGV[11..]   pairs: escaped term, its frequency (none: not searchable)
+-- ARGV[11]     "" or the version the item KEYS[13] must be at (0: none):
+--              a put that holds only while another item holds still (a
+--              memory made current only while its slot still names it)
+-- ARGV[12..]   pairs: escaped term, its frequency (none: not searchable)
 -- Returns {status, version, created_ms, updated_ms}: status 0 applied, 1 a
 -- re-send (the first application's result), -1 refused by ARGV[9] (version
--- is the live one, 0 when none), -2 refused by the guard.
+-- is the live one, 0 when none), -2 refused by the guard, -3 refused by
+-- ARGV[11] (version is that of KEYS[13]).
 local ref, op, ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
 
 local seen = redis.call('HGET', KEYS[8], op)
@@ -29,6 +35,12 @@ if seen then
 end
 if ARGV[10] ~= '' and redis.call('HGET', KEYS[12], 'gen') ~= ARGV[10] then
   return {-2, 0, 0, 0}
+end
+if ARGV[11] ~= '' then
+  local other = redis.call('GET', KEYS[13])
+  local at = 0
+  if other then at = parse_record(other) end
+  if at ~= tonumber(ARGV[11]) then return {-3, at, 0, 0} end
 end
 
 prune(real_now(), PRUNE_BATCH)  -- first: it drops the clock of an emptied tenant
@@ -56,7 +68,7 @@ end
 
 unindex(ref)
 redis.call('SET', KEYS[10], version .. ',' .. created .. ',' .. now .. ',p,' .. ARGV[7])
-index(ref, 11, 13, tonumber(ARGV[8]))
+index(ref, 12, 14, tonumber(ARGV[8]))
 add_live(ref, now)
 redis.call('ZADD', KEYS[1], 0, ref)
 set_deadline(ref, now, ttl)
