@@ -439,3 +439,39 @@ async def test_a_clear_whose_caller_dies_halfway_is_finished_by_the_workers(
         await eventually(finished, within=60, what="the sweep to finish the clear")
     finally:
         await mem.aclose()
+
+
+async def test_docs_of_a_clear_that_died_before_forgetting_them_are_forgotten_by_the_workers(
+    redis_url: str, workers: Any, raw_factory: Any, namespace: str, queue_name: str
+) -> None:
+    """clear() sets the session's docs aside (a grave) in its script, then
+    forgets them: a caller that dies in between leaves the grave, which the
+    next job of the user's workers drains."""
+    from redismem.keys import grave_suffix
+
+    raw = await raw_factory(redis_url)
+    await wait_ready(raw, workers.start(worker_env(redis_url, namespace, queue_name)))
+    mem = await connect(redis_url, namespace, queue_name)
+    try:
+        await mem.write(
+            [{"role": "user", "content": "zebras at dawn"}], session_id="a", user_id="u"
+        )
+        assert await mem.flush(user_id="u", timeout=30)
+        assert [h.message.content for h in await mem.search("zebras", user_id="u")] == [
+            "zebras at dawn"
+        ]
+        # The clear script alone, as if its caller died before forgetting.
+        keys, recall_keys = mem.layout.session("u", "a"), mem.layout.recall("u")
+        await mem.scripts.clear(keys, recall_keys, session_id="a", grave=grave_suffix("a", "t1"))
+        assert await raw.scard(recall_keys.graves) == 1
+        await mem.write([{"role": "user", "content": "another day"}], session_id="b", user_id="u")
+        assert await mem.flush(user_id="u", timeout=30)
+
+        async def forgotten() -> bool:
+            return not await raw.exists(recall_keys.graves)
+
+        await eventually(forgotten, within=30, what="the grave drained by the job")
+        assert await mem.search("zebras", user_id="u") == []
+        assert [h.message.content for h in await mem.search("day", user_id="u")] == ["another day"]
+    finally:
+        await mem.aclose()

@@ -54,7 +54,7 @@ from redismem.extract import ExtractOutcome, extract_pass
 from redismem.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
 from redismem.keys import KeyLayout, validate_id
 from redismem.queue import SummarizeArgs
-from redismem.recall import IndexOutcome, index_pass
+from redismem.recall import IndexOutcome, forget_graves, index_pass
 from redismem.summarize import SummarizeOutcome, settle_pending, summarize_pass
 
 from .context import config_of, memory_for, queue_of, stats_for
@@ -185,12 +185,19 @@ async def _summarize(
     session_id = validate_id(session_id, "session_id")
     # The user's epoch now: a job of a cleared epoch finds nothing pending.
     keys = memory.layout.session(user_id, session_id, await current_epoch(memory, user_id))
-    commands: list[tuple[Any, ...]] = [("ZSCORE", keys.pending, session_id)]
+    recall_keys = memory.layout.recall(user_id, keys.epoch)
+    # Graves of sessions whose clear() died before it forgot their docs.
+    commands: list[tuple[Any, ...]] = [
+        ("ZSCORE", keys.pending, session_id),
+        ("SCARD", recall_keys.graves),
+    ]
     if config.extractor is None:
         # Extraction is off (or was turned off): its watermark and outbox must
         # not hold back compaction or the pending mark. In the same round trip.
         commands.append(("HDEL", keys.meta, "xwm", "xbox"))
-    marked, *_ = await memory.atomic(commands, key=keys.meta)
+    marked, graves, *_ = await memory.atomic(commands, key=keys.meta)
+    if graves:
+        await forget_graves(memory, recall_keys)
     if marked is None:
         # Settled, cleared or given up since this job was enqueued (the sweep
         # may enqueue a session just as its job ends): nothing to do.
