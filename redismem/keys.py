@@ -428,7 +428,7 @@ class KeyLayout:
 
     def user_prefix(self, user_id: str, epoch: int = 0) -> str:
         """Where the user's keys of one epoch start (see ``guard``)."""
-        base = f"{self.namespace}:{{u:{escape_id(user_id)}}}:"
+        base = self.user_tag_prefix(user_id)
         return base if not epoch else f"{base}{EPOCH_MARK}{epoch}:"
 
     def guard(self, user_id: str) -> str:

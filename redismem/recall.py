@@ -472,9 +472,9 @@ async def _marked(redis: Any, *, key: bytes) -> list[bytes]:
     return members
 
 
-async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[SessionKeys, int]]:
-    """The keys and seq of the sessions marked pending now (in their user's
-    current epoch: earlier epochs are cleared)."""
+async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[SessionKeys, str, int]]:
+    """The keys, id and seq of the sessions marked pending now (in their
+    user's current epoch: earlier epochs are cleared)."""
     layout = memory.layout
     if user_id is not None:
         uid = validate_id(user_id, "user_id")
@@ -490,9 +490,10 @@ async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[Sessi
         if user_id is None and parsed.epoch != await current_epoch(memory, uid):
             continue
         for raw_sid in await memory.call(functools.partial(_marked, key=key)):
-            keys = layout.session(uid, raw_sid.decode(), parsed.epoch)
+            sid = raw_sid.decode()
+            keys = layout.session(uid, sid, parsed.epoch)
             seq = await memory.call(functools.partial(_hget, key=keys.meta, field="seq"))
-            due.append((keys, int(seq or 0)))
+            due.append((keys, sid, int(seq or 0)))
     return due
 
 
@@ -501,10 +502,11 @@ async def _hget(redis: Any, *, key: str, field: str) -> bytes | None:
     return value
 
 
-async def _done(memory: Memory, keys: SessionKeys, seq: int, since_ms: float) -> bool:
+async def _done(
+    memory: Memory, keys: SessionKeys, session_id: str, seq: int, since_ms: float
+) -> bool:
     """Whether the work due for the session's writes up to ``seq`` is done
     (or the user was cleared since)."""
-    session_id = _session_id_of(memory, keys)
     try:
         raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await read_guarded(
             memory,
@@ -531,13 +533,6 @@ async def _done(memory: Memory, keys: SessionKeys, seq: int, since_ms: float) ->
     return seq - int(wm or 0) - settings.keep_recent < settings.batch
 
 
-def _session_id_of(memory: Memory, keys: SessionKeys) -> str:
-    """The session id of ``keys``."""
-    session_id = memory.layout.parse_key(keys.meta).session_id
-    assert session_id is not None
-    return session_id
-
-
 async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:  # noqa: ASYNC109
     """See ``Memory.flush``."""
     deadline = time.monotonic() + check_seconds("timeout", timeout)
@@ -546,9 +541,9 @@ async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:
     delay = 0.01
     while waiting:
         still = []
-        for keys, seq in waiting:
-            if not await _done(memory, keys, seq, since_ms):
-                still.append((keys, seq))
+        for keys, sid, seq in waiting:
+            if not await _done(memory, keys, sid, seq, since_ms):
+                still.append((keys, sid, seq))
         waiting = still
         if not waiting:
             break
