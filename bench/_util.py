@@ -14,7 +14,7 @@ from importlib import metadata
 from statistics import median
 from typing import Any, TypeVar
 
-from redismem.localserver import LocalRedis, redis_server_binary
+from redismem.demo.localserver import LocalRedis, redis_server_binary
 
 __all__ = [
     "Table",
@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 @contextmanager
 def throwaway_redis() -> Iterator[str]:
-    """``redismem.localserver.LocalRedis`` as a context manager yielding its URL,
+    """``redismem.demo.localserver.LocalRedis`` as a context manager yielding its URL,
     with a hint when there is no server binary."""
     if redis_server_binary() is None:
         raise SystemExit(

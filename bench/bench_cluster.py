@@ -60,7 +60,7 @@ import redis
 from _util import Table, conversation, median, package_version, rotated
 
 from redismem import Memory
-from redismem.urls import parse_url
+from redismem.core.urls import parse_url
 
 NAMESPACE = "benchcl"
 TTL = 3600

@@ -1,4 +1,4 @@
-"""Memories benchmark: typed long-term memories extracted by the workers.
+"""Knowledge benchmark: typed long-term memories extracted by the workers.
 
 Everything is written through ``Memory.write`` (``index=True``), extracted by
 real ``arq workers.WorkerSettings`` processes configured by ``REDISMEM_*``
@@ -78,7 +78,7 @@ from _locomo import CATEGORIES, DEFAULT_DATA, Conversation, Turn, load
 from _util import Table, package_version, percentile
 
 from redismem import Memory
-from redismem.keys import QUEUE_KEY_PREFIX
+from redismem.core.keys import QUEUE_KEY_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -67,7 +67,7 @@ from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, Turn, load
 from _util import WORDS, Table, conversation, median, package_version, percentile, throughput
 
 from redismem import Memory
-from redismem.analysis import STOP_WORDS
+from redismem.recall.terms import STOP_WORDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,7 +134,7 @@ class Background:
     async def start(self, probe: Memory) -> None:
         if self.embedded:
             from redismem.config import WorkerConfig
-            from redismem.summarizers import TruncationSummarizer
+            from redismem.summarization.summarizers import TruncationSummarizer
             from redismem.workers.inprocess import InProcessWorker
 
             for _ in range(self.count):

@@ -29,9 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from redismem import Memory
-from redismem.demo_agent import make_turn
-from redismem.localserver import LocalRedis
-from redismem.queue import QueueStats
+from redismem.core.queue import QueueStats
+from redismem.demo.agent import make_turn
+from redismem.demo.localserver import LocalRedis
 
 KEEP_RECENT = 10
 BATCH = 20

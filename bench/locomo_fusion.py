@@ -1,7 +1,7 @@
 """Keyword + vector fusion on LoCoMo, offline: tunes how ``Memory.search``
 fuses the keyword ranking with an embedder's (``recall._fused``).
 
-For every question: the keyword ranking (``redismem.ranking``, as
+For every question: the keyword ranking (``redismem.recall.ranking``, as
 ``locomo_offline.py`` builds it), the vector ranking of a candidate pool
 (the best keyword matches plus the newest turns, as production bounds it),
 and their weighted reciprocal rank fusion, over a grid of weights, fusion
@@ -25,8 +25,8 @@ from pathlib import Path
 from _locomo import DEFAULT_DATA, Conversation, load
 from locomo_offline import _indexes, build_index, first_hit
 
-from redismem import ranking
-from redismem.embeddings import MiniLMEmbedder
+from redismem.recall import ranking
+from redismem.recall.embeddings import MiniLMEmbedder
 
 KEYWORD_POOL = 50
 

@@ -1,4 +1,4 @@
-"""Keyword recall on LoCoMo, offline: evidence recall@5/10/20 of ``redismem.ranking``.
+"""Keyword recall on LoCoMo, offline: evidence recall@5/10/20 of ``redismem.recall.ranking``.
 
 Simulates what production does, without Redis: each conversation is one user;
 its turns are indexed one by one in session order (a doc sees only the earlier
@@ -29,8 +29,8 @@ from typing import Any
 
 from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, load
 
-from redismem import ranking
-from redismem.ranking import DocLinks, Params
+from redismem.recall import ranking
+from redismem.recall.ranking import DocLinks, Params
 
 
 @dataclass
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{sum(len(c.questions) for c in convs)} questions"
     )
     report("plain BM25 over turns (baseline)", convs, [run_baseline(c) for c in convs])
-    report("redismem.ranking defaults", convs, [run_ranking(c, Params()) for c in convs])
+    report("redismem.recall.ranking defaults", convs, [run_ranking(c, Params()) for c in convs])
     if args.cv:
         loco(convs, Params(), GRID)
     print(f"\n{time.perf_counter() - started:.1f}s")

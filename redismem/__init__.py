@@ -1,6 +1,9 @@
 """redismem: shared, durable, fast memory for fleets of LLM agents, on plain Redis."""
 
-from .agent_memory import (
+from redismem._moved import install as _install_moved
+from redismem.client import Memory
+from redismem.config import MemoryConfig
+from redismem.context.agent_memory import (
     SNAPSHOT_FORMAT,
     SNAPSHOT_VERSION,
     AgentMemory,
@@ -8,19 +11,38 @@ from .agent_memory import (
     ManageResult,
     WindowStats,
 )
-from .client import Memory
-from .composite import MERGE_MODES, CompositeMemory, MergeMode, merge_messages
-from .config import MemoryConfig
-from .consolidators import (
-    Consolidator,
-    Decision,
-    KeepBothConsolidator,
-    LLMConsolidator,
-    consolidator_from_env,
+from redismem.context.builder import BuiltContext, build_context
+from redismem.context.composite import MERGE_MODES, CombinedProvider, MergeMode, merge_messages
+from redismem.context.providers import (
+    BufferMemory,
+    LastTurnsMemory,
+    MemoryProvider,
+    SummarizingMemory,
 )
-from .context_builder import BuiltContext, build_context
-from .embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
-from .errors import (
+from redismem.context.quoting import MEMORY_DATA_HEADER, fence, unfence
+from redismem.context.strategies import (
+    Hybrid,
+    LastMessages,
+    MemoryStrategy,
+    StrategyResult,
+    TokenBudget,
+    Turns,
+)
+from redismem.context.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    Tokenizer,
+    default_tokenizer,
+    estimate_messages_tokens,
+    estimate_tokens,
+    message_tokens,
+    tiktoken_tokenizer,
+    trim_to_token_budget,
+)
+from redismem.core.keys import KeyLayout
+from redismem.errors import (
+    BackendError,
+    BackendFull,
+    BackendUnavailable,
     ClientClosed,
     ConfigurationError,
     CorruptData,
@@ -29,21 +51,29 @@ from .errors import (
     InvalidInput,
     MissingDependency,
     RedisMemError,
-    StoreError,
-    StoreFull,
-    StoreUnavailable,
     SummarizerError,
     VersionConflict,
 )
-from .extractors import Extractor, LLMExtractor, RuleExtractor, extractor_from_env
-from .fencing import MEMORY_DATA_HEADER, fence, unfence
-from .keys import KeyLayout
-from .llm import ChatEndpoint, chat_endpoint_from_env
-from .memories import AddOutcome, AddResult, Memories, MemoryHit
-from .memory_models import (
+from redismem.llm import ChatEndpoint, chat_endpoint_from_env
+from redismem.longterm.consolidation import (
+    Consolidator,
+    Decision,
+    KeepBothConsolidator,
+    LLMConsolidator,
+    consolidator_from_env,
+)
+from redismem.longterm.extraction.extractors import (
+    Extractor,
+    LLMExtractor,
+    RuleExtractor,
+    extractor_from_env,
+)
+from redismem.longterm.memories import AddOutcome, AddResult, Knowledge, MemoryHit
+from redismem.longterm.records import (
     MEMORY_KINDS,
     SINGLE_VALUED_PREDICATES,
     Action,
+    AgentTask,
     Document,
     DocumentChunk,
     Fact,
@@ -55,9 +85,9 @@ from .memory_models import (
     MemoryStatus,
     Provenance,
     Relationship,
-    Task,
 )
-from .models import (
+from redismem.longterm.store import Item, ItemVersion, LongTermStore, SearchItem
+from redismem.models import (
     ROLES,
     Context,
     EntryMetadata,
@@ -69,25 +99,13 @@ from .models import (
     Summary,
     ToolCall,
 )
-from .providers import BufferMemory, MemoryProvider, SlidingWindowMemory, SummarizingMemory
-from .store import Item, ItemVersion, LongTermStore, SearchItem
-from .strategies import Hybrid, MemoryStrategy, SlidingWindow, StrategyResult, TokenBudget, Turns
-from .summarizers import (
+from redismem.recall.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
+from redismem.summarization.summarizers import (
     KeyPointsSummarizer,
     LLMSummarizer,
     Summarizer,
     TruncationSummarizer,
     summarizer_from_env,
-)
-from .tokens import (
-    MESSAGE_OVERHEAD_TOKENS,
-    Tokenizer,
-    default_tokenizer,
-    estimate_messages_tokens,
-    estimate_tokens,
-    message_tokens,
-    tiktoken_tokenizer,
-    trim_to_token_budget,
 )
 
 __version__ = "0.1.0"
@@ -98,11 +116,15 @@ __all__ = [
     "AddResult",
     "AgentMemory",
     "AgentMemoryState",
+    "AgentTask",
+    "BackendError",
+    "BackendFull",
+    "BackendUnavailable",
     "BufferMemory",
     "BuiltContext",
     "ChatEndpoint",
     "ClientClosed",
-    "CompositeMemory",
+    "CombinedProvider",
     "ConfigurationError",
     "Consolidator",
     "Context",
@@ -126,16 +148,18 @@ __all__ = [
     "KeepBothConsolidator",
     "KeyLayout",
     "KeyPointsSummarizer",
+    "Knowledge",
     "LLMConsolidator",
     "LLMExtractor",
     "LLMSummarizer",
+    "LastMessages",
+    "LastTurnsMemory",
     "LongTermStore",
     "MEMORY_DATA_HEADER",
     "MEMORY_KINDS",
     "MERGE_MODES",
     "MESSAGE_OVERHEAD_TOKENS",
     "ManageResult",
-    "Memories",
     "Memory",
     "MemoryBase",
     "MemoryChange",
@@ -162,17 +186,11 @@ __all__ = [
     "SNAPSHOT_VERSION",
     "SearchItem",
     "SessionInfo",
-    "SlidingWindow",
-    "SlidingWindowMemory",
-    "StoreError",
-    "StoreFull",
-    "StoreUnavailable",
     "StrategyResult",
     "Summarizer",
     "SummarizerError",
     "SummarizingMemory",
     "Summary",
-    "Task",
     "TokenBudget",
     "Tokenizer",
     "ToolCall",
@@ -196,3 +214,12 @@ __all__ = [
     "trim_to_token_budget",
     "unfence",
 ]
+
+
+def __getattr__(name: str) -> object:
+    from redismem._moved import renamed
+
+    return renamed(__name__, name, globals())
+
+
+_install_moved()

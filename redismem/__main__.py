@@ -1,3 +1,3 @@
-from .cli import main
+from redismem.cli import main
 
 main()

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
-from .errors import InvalidInput
-from .models import Message
+from redismem.errors import InvalidInput
+from redismem.models import Message
 
 if TYPE_CHECKING:
-    from .client import Memory
+    from redismem.client import Memory
 
 __all__ = [
     "MAX_INT",
@@ -304,7 +304,7 @@ def is_memory(value: object) -> TypeGuard[Memory]:
     The class is looked up among the loaded modules, not imported: a
     ``Memory`` exists only once ``redismem.client`` is loaded, and importing
     it here would make a cycle (``Memory.agent_memory()`` imports
-    ``redismem.agent_memory``, which checks its argument with this).
+    ``redismem.context.agent_memory``, which checks its argument with this).
     """
     client = sys.modules.get(_CLIENT_MODULE)
     return client is not None and isinstance(value, client.Memory)

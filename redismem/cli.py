@@ -18,19 +18,19 @@ from typing import Any
 
 import redis.exceptions as rexc
 
-from . import env
-from .client import Memory
-from .config import WorkerConfig, check_url
-from .errors import (
+from redismem import env
+from redismem.client import Memory
+from redismem.config import WorkerConfig, check_url
+from redismem.core.guard import current_epoch
+from redismem.core.queue import DEFAULT_QUEUE_NAME, QueueStats
+from redismem.errors import (
+    BackendError,
+    BackendUnavailable,
     InvalidInput,
     MissingDependency,
     RedisMemError,
-    StoreError,
-    StoreUnavailable,
 )
-from .guard import current_epoch
-from .models import Message
-from .queue import DEFAULT_QUEUE_NAME, QueueStats
+from redismem.models import Message
 
 __all__ = ["main"]
 
@@ -133,8 +133,8 @@ def _version() -> str:
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    from .queue import arq_pool
-    from .workers.health import worker_health
+    from redismem.core.queue import arq_pool
+    from redismem.workers.health import worker_health
 
     queue_url = _queue_url(args)
     queue_name = _queue_name()
@@ -316,7 +316,7 @@ async def _inspect(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .workers import health, run
+    from redismem.workers import health, run
 
     if args.check is not None:
         # Reads only what the probe needs: a worker setting unrelated to
@@ -337,7 +337,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import DemoOptions, run_demo
+    from redismem.demo import DemoOptions, run_demo
 
     options = DemoOptions(
         url=args.url,
@@ -492,11 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _hint(exc: BaseException, command: str) -> str:
     if isinstance(exc, CliError):
         return exc.hint
-    if isinstance(exc, StoreError) and isinstance(
+    if isinstance(exc, BackendError) and isinstance(
         exc.__cause__, rexc.AuthenticationError | rexc.AuthorizationError
     ):
         return "check the user name and password in the URL: redis://USER:PASSWORD@HOST:6379/0"
-    if isinstance(exc, StoreUnavailable | rexc.ConnectionError | rexc.TimeoutError):
+    if isinstance(exc, BackendUnavailable | rexc.ConnectionError | rexc.TimeoutError):
         return "is Redis running and reachable there? check --url / REDISMEM_URL"
     if isinstance(exc, InvalidInput):
         return f"see redismem {command} --help"

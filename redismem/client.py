@@ -27,26 +27,31 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from pydantic import ValidationError
 
-from . import codec, guard, recall
-from .checks import check_count as _check_count
-from .checks import check_message_list, check_optional_str, check_time_ms, new_write_id
-from .checks import check_tags as _check_tags
-from .checks import check_write_id as _check_write_id
-from .config import MemoryConfig
-from .connection import describe_url, open_redis
-from .counting import estimate_tokens, message_tokens
-from .errors import (
+from redismem.checks import check_count as _check_count
+from redismem.checks import check_message_list, check_optional_str, check_time_ms, new_write_id
+from redismem.checks import check_tags as _check_tags
+from redismem.checks import check_write_id as _check_write_id
+from redismem.config import MemoryConfig
+from redismem.context.counting import estimate_tokens, message_tokens
+from redismem.context.quoting import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
+from redismem.context.quoting import summary_message
+from redismem.context.strategies import MemoryStrategy
+from redismem.context.toolgroups import drop_orphan_tool_results
+from redismem.core import codec, guard
+from redismem.core.connection import describe_url, open_redis
+from redismem.core.guard import EpochMoved, UserEpochs, in_epoch
+from redismem.core.keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
+from redismem.core.queue import SummarizeArgs, SummaryQueue
+from redismem.core.scripts import SessionScripts, WriteResult
+from redismem.core.transport import open_multiplexed
+from redismem.errors import (
+    BackendUnavailable,
     ClientClosed,
     CorruptData,
     InvalidInput,
     RedisMemError,
-    StoreUnavailable,
 )
-from .fencing import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
-from .fencing import summary_message
-from .guard import EpochMoved, UserEpochs, in_epoch
-from .keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
-from .models import (
+from redismem.models import (
     INPUT_FIELDS,
     STORE_FIELDS,
     Context,
@@ -60,18 +65,14 @@ from .models import (
     stamp_written,
     written_entry,
 )
-from .queue import SummarizeArgs, SummaryQueue
-from .scripts import SessionScripts, WriteResult
-from .strategies import MemoryStrategy
-from .toolgroups import drop_orphan_tool_results
-from .transport import open_link
+from redismem.recall import index as recall
 
 if TYPE_CHECKING:
-    from .agent_memory import AgentMemory, ManageResult
-    from .context_builder import BuiltContext
-    from .memories import Memories
-    from .store import LongTermStore
-    from .summarizers import Summarizer
+    from redismem.context.agent_memory import AgentMemory, ManageResult
+    from redismem.context.builder import BuiltContext
+    from redismem.longterm.memories import Knowledge
+    from redismem.longterm.store import LongTermStore
+    from redismem.summarization.summarizers import Summarizer
 
 __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 
@@ -107,7 +108,7 @@ class Memory:
         self._config = config
         self._redis = redis
         self._policy = config.policy
-        self._link = open_link(config.url, redis, connect_timeout=config.connect_timeout)
+        self._link = open_multiplexed(config.url, redis, connect_timeout=config.connect_timeout)
         if config.replica_acks and self._link is None:
             raise InvalidInput(
                 "replica_acks needs a redis://, unix://, redis+sentinel:// or redis+cluster:// "
@@ -121,14 +122,14 @@ class Memory:
             replica_timeout_ms=round(config.replica_timeout * 1000),
         )
         self._closed = False
-        #: Each user's epoch as this client last saw it (see ``redismem.guard``).
+        #: Each user's epoch as this client last saw it (see ``redismem.core.guard``).
         self.epochs = UserEpochs()
         #: Enqueues running in the background (see ``_enqueue_later``).
         self._enqueueing: set[asyncio.Task[None]] = set()
         self._recent_keys: dict[tuple[str, str], tuple[str, str, SessionKeys]] = {}
         self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
-        self._memories: Memories | None = None
+        self._memories: Knowledge | None = None
         args = self.summarize_args()
         self._summarize_settings = args.encode() if args else ""
         #: The write script's recall argument: None = indexing off, 0 = keep forever.
@@ -140,8 +141,8 @@ class Memory:
     async def connect(cls, url: str | None = None, **options: Any) -> Memory:
         """Connect to ``url``, else ``$REDISMEM_URL``, else the embedded ``memory://``.
 
-        Raises ``StoreUnavailable`` when Redis cannot be reached after retries,
-        ``StoreError`` when it refuses the credentials, ``InvalidInput`` for
+        Raises ``BackendUnavailable`` when Redis cannot be reached after retries,
+        ``BackendError`` when it refuses the credentials, ``InvalidInput`` for
         unknown or invalid options.
         """
         unknown = set(options) - MemoryConfig.option_names() - {"url"}
@@ -214,23 +215,23 @@ class Memory:
 
     @property
     def store(self) -> LongTermStore:
-        """The namespaced long-term store (see ``redismem.store``)."""
+        """The namespaced long-term store (see ``redismem.longterm.store``)."""
         self._check_open()
         if self._store is None:
-            from .store import LongTermStore
+            from redismem.longterm.store import LongTermStore
 
             self._store = LongTermStore(self)
         return self._store
 
     @property
-    def memories(self) -> Memories:
+    def memories(self) -> Knowledge:
         """The users' typed long-term memories: facts, documents, goals...
-        (see ``redismem.memories``)."""
+        (see ``redismem.longterm.memories``)."""
         self._check_open()
         if self._memories is None:
-            from .memories import Memories
+            from redismem.longterm.memories import Knowledge
 
-            self._memories = Memories(self)
+            self._memories = Knowledge(self)
         return self._memories
 
     def _check_open(self) -> None:
@@ -300,7 +301,7 @@ class Memory:
     ) -> T:
         """``op(keys)`` on the session's keys in the user's current epoch
         (checked ids): built again and run again when the user was cleared
-        since this client last looked (see ``redismem.guard``)."""
+        since this client last looked (see ``redismem.core.guard``)."""
         layout = self.layout
         return await in_epoch(
             self.epochs, user_id, lambda epoch: op(layout.session(user_id, session_id, epoch))
@@ -406,7 +407,7 @@ class Memory:
         re-sent. ``write_id`` (default: a fresh unique id) names the write;
         calling ``write`` again with the same id and session returns the first
         result and stores nothing more. A write that raised
-        ``StoreUnavailable`` may still land later: retry it with
+        ``BackendUnavailable`` may still land later: retry it with
         ``write_id=exc.write_id`` (see the README's retry recipe).
         """
         outcome = await self.write_entry(
@@ -509,7 +510,7 @@ class Memory:
                 # write lands in the new epoch (after the clear).
                 self.epochs.set(uid, moved.current)
                 result = await self.in_session(uid, sid, send)
-        except StoreUnavailable as exc:
+        except BackendUnavailable as exc:
             exc.write_id = wid
             exc.add_note(f"the write may still land: retry it with write_id={wid!r}")
             raise
@@ -664,10 +665,10 @@ class Memory:
         """The summary (as a system message) then the recent, unsummarized
         messages, within ``max_tokens`` when given. The summary is cut to the
         budget if it alone does not fit; the history never begins with an
-        orphaned tool result. A ``strategy`` (``SlidingWindow``, ``TokenBudget``,
+        orphaned tool result. A ``strategy`` (``LastMessages``, ``TokenBudget``,
         ``Hybrid``, ``Turns``) chooses among the recent messages first."""
         if strategy is not None and not isinstance(strategy, MemoryStrategy):
-            raise InvalidInput("strategy must be a MemoryStrategy such as SlidingWindow")
+            raise InvalidInput("strategy must be a MemoryStrategy such as LastMessages")
         budget = _check_count("max_tokens", max_tokens)
         summary, recent = await self._read_context(
             session_id, user_id, budget if budget > 0 else -1
@@ -853,8 +854,8 @@ class Memory:
         tags: Mapping[str, str] | None = None,
     ) -> AgentMemory:
         """A session-level memory object for frameworks that manage memory
-        in-process and persist it here (see ``redismem.agent_memory``)."""
-        from .agent_memory import AgentMemory
+        in-process and persist it here (see ``redismem.context.agent_memory``)."""
+        from redismem.context.agent_memory import AgentMemory
 
         return AgentMemory(
             self,
@@ -890,8 +891,8 @@ class Memory:
         long-term memories relevant to the request and up to ``recall``
         messages of the user's other sessions that match it (from
         ``search``), all fenced as data from memory, in the rest (see
-        ``redismem.context_builder``)."""
-        from .context_builder import build_context
+        ``redismem.context.builder``)."""
+        from redismem.context.builder import build_context
 
         return await build_context(
             self,
@@ -986,7 +987,7 @@ class Memory:
         built before the clear can land (a worker's late commit changes
         nothing) and nothing of before can be read; writes racing the clear
         land either before it (and are deleted) or after it (and are kept,
-        and indexed). See ``redismem.guard``."""
+        and indexed). See ``redismem.core.guard``."""
         uid = validate_id(user_id, "user_id")
         self._check_open()
         return await guard.clear_user(self, uid)

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
 
-from . import env
-from .checks import check_int, check_optional_int, shown
-from .connection import CallPolicy
-from .consolidators import consolidator_from_env
-from .embeddings import Embedder, resolve_embedder
-from .errors import InvalidInput
-from .extractors import extractor_from_env
-from .keys import KeyLayout
-from .queue import DEFAULT_QUEUE_NAME
-from .summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
-from .tokens import estimate_tokens
-from .urls import describe_url, parse_url
+from redismem import env
+from redismem.checks import check_int, check_optional_int, shown
+from redismem.context.tokens import estimate_tokens
+from redismem.core.connection import RetryPolicy
+from redismem.core.keys import KeyLayout
+from redismem.core.queue import DEFAULT_QUEUE_NAME
+from redismem.core.urls import describe_url, parse_url
+from redismem.errors import InvalidInput
+from redismem.longterm.consolidation import consolidator_from_env
+from redismem.longterm.extraction.extractors import extractor_from_env
+from redismem.recall.embeddings import Embedder, resolve_embedder
+from redismem.summarization.summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
 
 __all__ = [
     "DEFAULT_TTL",
@@ -200,9 +200,9 @@ class MemoryConfig:
             check_queue_url(self.queue_url or self.url, memory_url=self.url)
 
     @property
-    def policy(self) -> CallPolicy:
+    def policy(self) -> RetryPolicy:
         """How calls to the memory Redis are attempted (timeouts, retries)."""
-        return CallPolicy(self.url, attempt_timeout=self.socket_timeout, retries=self.retries)
+        return RetryPolicy(self.url, attempt_timeout=self.socket_timeout, retries=self.retries)
 
     @property
     def embedded(self) -> bool:
@@ -320,17 +320,17 @@ class WorkerConfig:
     sweep_seconds: int = 10
     #: Seconds a pending mark waits for its job before the sweep re-enqueues it.
     sweep_grace: float = 30.0
-    #: Recall: what embeds indexed messages (see ``redismem.embeddings``).
+    #: Recall: what embeds indexed messages (see ``redismem.recall.embeddings``).
     embedder: Any = None
     embedder_object: Embedder | None = field(init=False, repr=False, default=None)
-    #: Memories: what extracts them from indexed sessions (a
-    #: ``redismem.extractors.Extractor``); None: no extraction.
+    #: Knowledge: what extracts them from indexed sessions (a
+    #: ``redismem.longterm.extraction.extractors.Extractor``); None: no extraction.
     extractor: Any = None
     #: Seconds a session must be quiet (no write) before its new messages are
     #: extracted, so a burst is extracted once.
     extract_quiet: float = 2.0
     #: Decides about near-duplicate memories the extractor finds (a
-    #: ``redismem.consolidators.Consolidator``); None: kept side by side.
+    #: ``redismem.longterm.consolidation.Consolidator``); None: kept side by side.
     consolidator: Any = None
     #: How long an extracted memory is kept after its last change (None: forever).
     memory_ttl: float | timedelta | None = DEFAULT_MEMORY_TTL

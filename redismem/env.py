@@ -18,7 +18,7 @@ import os
 import textwrap
 from collections.abc import Iterable, Mapping
 
-from .errors import InvalidInput
+from redismem.errors import InvalidInput
 
 __all__ = [
     "VARIABLES",

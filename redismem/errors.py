@@ -3,22 +3,26 @@
 Exception tree::
 
     RedisMemError
-    ├── InvalidInput        (also ValueError)  bad arguments; nothing was written
-    ├── StoreUnavailable    Redis could not be reached, or did not answer in time,
-    │                       after retries with backoff
-    ├── ConfigurationError  the connection cannot work as configured (a TLS
-    │                       certificate failed verification); never retried
-    ├── StoreError          Redis answered with an error (wrong type, refused
-    │   │                   credentials, ...)
-    │   ├── StoreFull       Redis is out of memory (maxmemory reached)
-    │   └── VersionConflict a conditional write found another version; nothing written
-    ├── CorruptData         a stored value failed to decode; names the key
-    ├── ClientClosed        the Memory was used after ``aclose()``
-    ├── SummarizerError     a summarizer failed (exception, timeout, unusable output)
-    ├── ExtractorError      an extractor failed (endpoint away, timeout, unusable
-    │                       output); retried by the workers
-    ├── EmbedderError       an embedder failed (recall vectors)
-    └── MissingDependency   (also ImportError) an optional package is not installed
+    ├── InvalidInput          (also ValueError) bad arguments; nothing was written
+    ├── BackendUnavailable    Redis could not be reached, or did not answer in
+    │                         time, after retries with backoff
+    ├── ConfigurationError    the connection cannot work as configured (a TLS
+    │                         certificate failed verification); never retried
+    ├── BackendError          Redis answered with an error (wrong type, refused
+    │   │                     credentials, ...)
+    │   ├── BackendFull       Redis is out of memory (maxmemory reached)
+    │   └── VersionConflict   a conditional write found another version; nothing written
+    ├── CorruptData           a stored value failed to decode; names the key
+    ├── ClientClosed          the Memory was used after ``aclose()``
+    ├── SummarizerError       a summarizer failed (exception, timeout, unusable output)
+    ├── ExtractorError        an extractor failed (endpoint away, timeout, unusable
+    │                         output); retried by the workers
+    ├── EmbedderError         an embedder failed (recall vectors)
+    └── MissingDependency     (also ImportError) an optional package is not installed
+
+"Backend" is the Redis (or Valkey, or embedded) server the memory lives on.
+The names ``StoreError``, ``StoreUnavailable`` and ``StoreFull`` of earlier
+releases still work, with a ``DeprecationWarning``.
 
 redis-py exceptions never escape: they are mapped at the boundary with
 ``raise ... from exc`` so the cause stays visible in tracebacks.
@@ -27,6 +31,9 @@ redis-py exceptions never escape: they are mapped at the boundary with
 from __future__ import annotations
 
 __all__ = [
+    "BackendError",
+    "BackendFull",
+    "BackendUnavailable",
     "ClientClosed",
     "ConfigurationError",
     "CorruptData",
@@ -35,9 +42,6 @@ __all__ = [
     "InvalidInput",
     "MissingDependency",
     "RedisMemError",
-    "StoreError",
-    "StoreFull",
-    "StoreUnavailable",
     "SummarizerError",
     "VersionConflict",
 ]
@@ -51,7 +55,7 @@ class InvalidInput(RedisMemError, ValueError):
     """The arguments were rejected before anything was sent to Redis."""
 
 
-class StoreUnavailable(RedisMemError):
+class BackendUnavailable(RedisMemError):
     """Redis could not be reached (connection refused, timed out) after retries.
 
     A write that raises it may still have been stored (its command can reach
@@ -70,16 +74,16 @@ class ConfigurationError(RedisMemError):
     server's certificate."""
 
 
-class StoreError(RedisMemError):
+class BackendError(RedisMemError):
     """Redis answered a command with an error."""
 
 
-class StoreFull(StoreError):
+class BackendFull(BackendError):
     """Redis refused a write because it is out of memory (``maxmemory`` with
     ``noeviction``). Nothing of the call was stored."""
 
 
-class VersionConflict(StoreError):
+class VersionConflict(BackendError):
     """A conditional write (``if_version``) found the item at another version
     (``current``: its live version, 0 when there is none). Nothing was written:
     read it again and decide."""
@@ -126,3 +130,9 @@ class MissingDependency(RedisMemError, ImportError):
         hint = f"pip install 'redismem[{extra}]'" if extra else f"pip install {package}"
         super().__init__(f"this feature needs the {package!r} package: {hint}")
         self.package = package
+
+
+def __getattr__(name: str) -> object:
+    from redismem._moved import renamed
+
+    return renamed(__name__, name, globals())

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from . import env as environment
-from .errors import InvalidInput, RedisMemError, SummarizerError
+from redismem import env as environment
+from redismem.errors import InvalidInput, RedisMemError, SummarizerError
 
 __all__ = ["ChatEndpoint", "chat_endpoint_from_env"]
 

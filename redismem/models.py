@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from .validation import check_json_value
+from redismem.validation import check_json_value
 
 __all__ = [
     "Context",

@@ -80,7 +80,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     ),
     "connection": (
         "redismem/connection.py",
-        ("_reply_code", "map_error", "CallPolicy"),
+        ("_reply_code", "map_error", "RetryPolicy"),
         (
             "tests/test_connection.py",
             "tests/test_memory_faults.py",

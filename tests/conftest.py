@@ -55,7 +55,7 @@ from servers import (
 from worker_support import WorkerPool
 
 from redismem import Memory
-from redismem.connection import open_redis
+from redismem.core.connection import open_redis
 
 REDIS_BIN = shutil.which("redis-server")
 #: URL -> the launcher of the server group behind it (cleanup needs it).

@@ -55,7 +55,7 @@ from redismem.adapters.langchain import RedisMemChatMessageHistory
 from redismem.adapters.langgraph import RedisMemSaver
 from redismem.adapters.langgraph_store import RedisMemStore
 from redismem.adapters.llamaindex import RedisMemChatStore
-from redismem.embeddings import HashingEmbedder
+from redismem.recall.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "deploy" / "README.md"

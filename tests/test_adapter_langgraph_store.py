@@ -44,8 +44,8 @@ from langgraph.store.memory import InMemoryStore
 
 from redismem import InvalidInput, Memory
 from redismem.adapters.langgraph_store import VECTORS_KEY, RedisMemStore
-from redismem.embeddings import HashingEmbedder
-from redismem.keys import store_ref
+from redismem.core.keys import store_ref
+from redismem.recall.embeddings import HashingEmbedder
 
 WORDS = ("cat", "dog", "fish", "bird")
 

@@ -16,18 +16,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, Memory, Message, SummarizerError, ToolCall
-from redismem.agent_memory import (
+from redismem.client import SUMMARY_LABEL
+from redismem.context.agent_memory import (
     SNAPSHOT_VERSION,
     AgentMemory,
     AgentMemoryState,
     ManageResult,
 )
-from redismem.client import SUMMARY_LABEL
-from redismem.fencing import unfence
-from redismem.providers import SummarizingMemory
-from redismem.strategies import Hybrid, SlidingWindow, TokenBudget
-from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
-from redismem.tokens import estimate_messages_tokens
+from redismem.context.providers import SummarizingMemory
+from redismem.context.quoting import unfence
+from redismem.context.strategies import Hybrid, LastMessages, TokenBudget
+from redismem.context.tokens import estimate_messages_tokens
+from redismem.summarization.summarizers import KeyPointsSummarizer, TruncationSummarizer
 
 pytestmark = pytest.mark.every_server
 
@@ -204,7 +204,7 @@ async def test_constructor_validates(mem: Memory) -> None:
 
 
 async def test_manage_without_summarizer_trims_the_window_only(mem: Memory) -> None:
-    am = mem.agent_memory("s", strategy=SlidingWindow(5))
+    am = mem.agent_memory("s", strategy=LastMessages(5))
     for n in range(3):
         am.add_messages(research_turn(n))
     result = await am.manage()
@@ -275,7 +275,7 @@ async def test_manage_continues_a_stored_summary_it_had_not_loaded(mem: Memory) 
     await provider.write(research_turn(1), session_id="s")
     earlier = await mem.summary(session_id="s")
     assert earlier is not None
-    am = mem.agent_memory("s", strategy=SlidingWindow(2), summarizer=CountingSummarizer())
+    am = mem.agent_memory("s", strategy=LastMessages(2), summarizer=CountingSummarizer())
     am.add_messages(research_turn(2))
     result = await am.manage()
     assert result.resynced
@@ -287,7 +287,7 @@ async def test_manage_continues_a_stored_summary_it_had_not_loaded(mem: Memory) 
 
 async def test_get_context_messages_respects_max_context_tokens(mem: Memory) -> None:
     am = mem.agent_memory(
-        "s", strategy=SlidingWindow(50), summarizer=CountingSummarizer(), max_context_tokens=200
+        "s", strategy=LastMessages(50), summarizer=CountingSummarizer(), max_context_tokens=200
     )
     for n in range(5):
         am.add_messages(research_turn(n))
@@ -307,7 +307,7 @@ async def test_a_failing_summarizer_leaves_the_state_unchanged(mem: Memory) -> N
     managed: list[ManageResult] = []
     am = mem.agent_memory(
         "s",
-        strategy=SlidingWindow(3),
+        strategy=LastMessages(3),
         summarizer=CountingSummarizer(fail=True),
         on_managed=managed.append,
         on_manage_error=errors.append,
@@ -339,7 +339,7 @@ async def test_callbacks_may_be_coroutines_and_their_errors_are_logged(
         seen.append(result)
         raise ValueError("callback bug")
 
-    am = mem.agent_memory("s", strategy=SlidingWindow(2), on_managed=on_managed)
+    am = mem.agent_memory("s", strategy=LastMessages(2), on_managed=on_managed)
     am.add_messages(research_turn(1))
     result = await am.manage()
     assert seen == [result]
@@ -350,7 +350,7 @@ async def test_concurrent_manage_calls_share_one_run(mem: Memory) -> None:
     summarizer = CountingSummarizer(delay=0.05)
     results: list[ManageResult] = []
     am = mem.agent_memory(
-        "s", strategy=SlidingWindow(4), summarizer=summarizer, on_managed=results.append
+        "s", strategy=LastMessages(4), summarizer=summarizer, on_managed=results.append
     )
     for n in range(3):
         am.add_messages(research_turn(n))
@@ -393,7 +393,7 @@ async def test_auto_manage_runs_in_the_background_and_flush_waits(mem: Memory) -
 def test_auto_manage_without_an_event_loop_waits_for_flush() -> None:
     async def make() -> tuple[Memory, AgentMemory]:
         memory = await Memory.connect(f"memory://t-{uuid.uuid4().hex}", namespace="am")
-        return memory, memory.agent_memory("s", strategy=SlidingWindow(3), auto_manage=True)
+        return memory, memory.agent_memory("s", strategy=LastMessages(3), auto_manage=True)
 
     loop = asyncio.new_event_loop()
     try:
@@ -408,7 +408,7 @@ def test_auto_manage_without_an_event_loop_waits_for_flush() -> None:
 
 
 async def test_clear_forgets_the_state_and_the_stored_session(mem: Memory) -> None:
-    am = mem.agent_memory("s", strategy=SlidingWindow(2), summarizer=CountingSummarizer())
+    am = mem.agent_memory("s", strategy=LastMessages(2), summarizer=CountingSummarizer())
     am.add_messages(research_turn(1))
     await am.manage()
     await am.clear()
@@ -427,14 +427,14 @@ async def test_agents_sharing_one_session(make_memory: MemoryFactory) -> None:
     planner = AgentMemory(
         memory,
         "team",
-        strategy=SlidingWindow(3),
+        strategy=LastMessages(3),
         summarizer=CountingSummarizer(),
         agent_name="planner",
     )
     coder = AgentMemory(
         memory,
         "team",
-        strategy=SlidingWindow(3),
+        strategy=LastMessages(3),
         summarizer=CountingSummarizer(),
         agent_name="coder",
     )
@@ -472,7 +472,7 @@ async def test_agents_managing_one_session_at_once_lose_nothing(
         AgentMemory(
             memory,
             "team",
-            strategy=SlidingWindow(4),
+            strategy=LastMessages(4),
             summarizer=CountingSummarizer(delay=0.01),
             agent_name=f"agent-{i}",
         )
@@ -530,7 +530,7 @@ def _plain(value: Any, path: str = "") -> None:
 
 
 async def test_export_import_round_trips_exactly(mem: Memory) -> None:
-    am = mem.agent_memory("s", strategy=SlidingWindow(4), summarizer=CountingSummarizer())
+    am = mem.agent_memory("s", strategy=LastMessages(4), summarizer=CountingSummarizer())
     am.add_message({"role": "system", "content": "Be brief."})
     am.add_messages(research_turn(1) + research_turn(2))
     await am.manage()
@@ -597,7 +597,7 @@ def snapshots(draw: st.DrawFn) -> dict[str, Any]:
             "updated_at": "2024-05-01T12:30:00.123000Z",
         }
     return {
-        "format": "redismem.agent_memory",
+        "format": "redismem.context.agent_memory",
         "version": SNAPSHOT_VERSION,
         "session_id": "s",
         "user_id": "default",

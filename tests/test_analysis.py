@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redismem.analysis import STOP_WORDS, stem, terms
+from redismem.recall.terms import STOP_WORDS, stem, terms
 
 quick = settings(max_examples=300, deadline=None, database=None)
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, Memory, Message, ToolCall
-from redismem.context_builder import BuiltContext, build_context
-from redismem.fencing import MEMORY_DATA_HEADER
-from redismem.providers import SummarizingMemory
-from redismem.summarizers import KeyPointsSummarizer
-from redismem.tokens import message_tokens
+from redismem.context.builder import BuiltContext, build_context
+from redismem.context.providers import SummarizingMemory
+from redismem.context.quoting import MEMORY_DATA_HEADER
+from redismem.context.tokens import message_tokens
+from redismem.summarization.summarizers import KeyPointsSummarizer
 
 pytestmark = pytest.mark.every_server
 

@@ -15,8 +15,8 @@ import pytest
 import redis
 from helpers import free_port
 
-from redismem import ConfigurationError, Memory, StoreError, StoreUnavailable
-from redismem.connection import map_error, tls_failure
+from redismem import BackendError, BackendUnavailable, ConfigurationError, Memory
+from redismem.core.connection import map_error, tls_failure
 from redismem.workers.connections import OutageRetry
 
 REDIS_BIN = shutil.which("redis-server")
@@ -85,7 +85,7 @@ async def test_db_number_and_acl_user_in_the_url(redis_url: str) -> None:
         await memory.aclose()
         in_db5.close()
 
-        with pytest.raises(StoreError, match="refused the credentials"):
+        with pytest.raises(BackendError, match="refused the credentials"):
             await Memory.connect(f"redis://{user}:wrong@{base}/5")
     finally:
         admin.execute_command("ACL", "DELUSER", user)
@@ -152,10 +152,10 @@ def test_a_watch_lost_with_its_connection_is_an_outage() -> None:
         redis.WatchError("A ConnectionError occurred on while watching one or more keys"),
         redis.ConnectionError("Connection closed by server."),
     )
-    assert isinstance(map_error(lost, "redis://h:1/0"), StoreUnavailable)
+    assert isinstance(map_error(lost, "redis://h:1/0"), BackendUnavailable)
     changed = redis.WatchError("Watched variable changed.")
     error = map_error(changed, "redis://h:1/0")
-    assert isinstance(error, StoreError) and not isinstance(error, StoreUnavailable)
+    assert isinstance(error, BackendError) and not isinstance(error, BackendUnavailable)
 
 
 def test_which_tls_errors_are_configuration_errors() -> None:
@@ -168,7 +168,7 @@ def test_which_tls_errors_are_configuration_errors() -> None:
     # A connection lost during a handshake is an outage: retried.
     for lost in (ssl.SSLEOFError(8, "EOF occurred"), ssl.SSLZeroReturnError(6, "closed")):
         wrapped = _raised_while_handling(redis.ConnectionError("Error 8 connecting"), lost)
-        assert isinstance(map_error(wrapped, "rediss://h:1/0"), StoreUnavailable)
+        assert isinstance(map_error(wrapped, "rediss://h:1/0"), BackendUnavailable)
         assert tls_failure(wrapped) is None
 
 

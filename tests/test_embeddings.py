@@ -12,9 +12,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from redismem import EmbedderError, HashingEmbedder, InvalidInput, MissingDependency, recall
+from redismem import EmbedderError, HashingEmbedder, InvalidInput, MissingDependency
 from redismem.config import WorkerConfig
-from redismem.embeddings import cosine, quantize, resolve_embedder
+from redismem.recall import index as recall
+from redismem.recall.embeddings import cosine, quantize, resolve_embedder
 
 
 async def test_hashing_vectors_are_deterministic_and_normalised():
@@ -87,7 +88,7 @@ async def test_docs_of_another_model_rank_by_keyword_with_a_warning(make_memory,
     writer = await make_memory(summarize_delay=3600)  # indexes without vectors
     await _index(writer, {"s": ["flight to Oslo", "hotel in Oslo"]})
     reader = await make_memory(embedder="hashing")
-    with caplog.at_level(logging.WARNING, logger="redismem.recall"):
+    with caplog.at_level(logging.WARNING, logger="redismem.recall.index"):
         hits = await reader.search("flight Oslo")
     assert hits[0].message.content == "flight to Oslo"
     assert "keyword ranking only" in caplog.text

@@ -15,7 +15,7 @@ import pytest
 from conftest import MemoryFactory
 from helpers import snapshot, user
 
-from redismem import BufferMemory, InvalidInput, Memory, SlidingWindowMemory
+from redismem import BufferMemory, InvalidInput, LastTurnsMemory, Memory
 from redismem.checks import (
     MAX_INT,
     check_count,
@@ -73,7 +73,7 @@ INT_CALLS: dict[str, Call] = {
     "BufferMemory max_messages": lambda m, v: BufferMemory(m, max_messages=v).read(session_id="s"),
     "BufferMemory max_tokens": lambda m, v: BufferMemory(m, max_tokens=v).read(session_id="s"),
     "BufferMemory read limit": lambda m, v: BufferMemory(m).read(session_id="s", limit=v),
-    "SlidingWindowMemory max_tokens": lambda m, v: SlidingWindowMemory(m, max_tokens=v).read(
+    "LastTurnsMemory max_tokens": lambda m, v: LastTurnsMemory(m, max_tokens=v).read(
         session_id="s"
     ),
 }

@@ -23,7 +23,7 @@ import redis
 from conftest import MemoryFactory, RedisServer
 from helpers import client_kill_storm, free_port, redismem_command
 
-from redismem import ConfigurationError, Memory, StoreUnavailable
+from redismem import BackendUnavailable, ConfigurationError, Memory
 
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="needs the openssl CLI to make a cert")
@@ -89,7 +89,7 @@ async def test_an_untrusted_certificate_fails_at_once(
         with pytest.raises(ConfigurationError) as caught:
             await memory_factory(tls_server.untrusted_url, retries=5, index=False)
         assert tls_server.connections_received() - before == 1
-        assert not isinstance(caught.value, StoreUnavailable)
+        assert not isinstance(caught.value, BackendUnavailable)
         assert "TLS handshake failed" in str(caught.value)
         assert "certificate verify failed" in str(caught.value)
         causes, cause = [], caught.value.__cause__

@@ -13,7 +13,7 @@ from typing import Any
 from helpers import client_kill_storm
 from worker_support import WorkerPool, wait_ready, worker_env
 
-from redismem.queue import QueueStats
+from redismem.core.queue import QueueStats
 
 
 async def test_a_client_kill_storm_fails_no_job(

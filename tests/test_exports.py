@@ -9,25 +9,16 @@ from types import ModuleType
 import pytest
 
 import redismem
-from redismem import (
-    agent_memory,
-    composite,
-    consolidators,
-    context_builder,
-    embeddings,
-    errors,
-    extractors,
-    fencing,
-    llm,
-    memories,
-    memory_models,
-    models,
-    providers,
-    store,
-    strategies,
-    summarizers,
-    tokens,
-)
+from redismem import errors, llm, models
+from redismem.context import agent_memory, composite, providers, strategies, tokens
+from redismem.context import builder as context_builder
+from redismem.context import quoting as fencing
+from redismem.longterm import consolidation as consolidators
+from redismem.longterm import memories, store
+from redismem.longterm import records as memory_models
+from redismem.longterm.extraction import extractors
+from redismem.recall import embeddings
+from redismem.summarization import summarizers
 
 
 def test_every_exported_name_exists():

@@ -1,4 +1,4 @@
-"""The extraction pass (``redismem.extract``): each indexed message is handed
+"""The extraction pass (``redismem.longterm.extraction.job``): each indexed message is handed
 to the extractor once, each memory found is added once, across failures
 between any two steps; a burst waits for its quiet period; a cleared session
 gets no memories; summarization never compacts a message not yet extracted.
@@ -15,13 +15,13 @@ import pytest
 from helpers import assistant, user
 
 from redismem import Decision, ExtractorError, Fact, Message, Provenance
-from redismem.codec import message_id
-from redismem.extract import extract_pass
-from redismem.memories import Memories
-from redismem.memory_models import MemoryRecord
-from redismem.recall import catch_up
-from redismem.summarize import summarize_pass
-from redismem.summarizers import TruncationSummarizer
+from redismem.core.codec import message_id
+from redismem.longterm.extraction.job import extract_pass
+from redismem.longterm.memories import Knowledge
+from redismem.longterm.records import MemoryRecord
+from redismem.recall.index import catch_up
+from redismem.summarization.job import summarize_pass
+from redismem.summarization.summarizers import TruncationSummarizer
 
 LIVES = re.compile(r"I live in (\w+)")
 
@@ -120,21 +120,21 @@ async def test_a_pass_dying_while_it_applies_is_finished_by_the_next_once(make_m
         "s1",
         [user("I live in Lisbon"), user("I live in Porto"), user("I live in Faro")],
     )
-    real_add = Memories.add_guarded
+    real_add = Knowledge.add_guarded
     calls = {"n": 0}
 
-    async def dying_add(self: Memories, *args: Any, **kwargs: Any) -> Any:
+    async def dying_add(self: Knowledge, *args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         result = await real_add(self, *args, **kwargs)
         if calls["n"] == 2:
             raise ConnectionError("killed after the second memory landed")
         return result
 
-    monkeypatch.setattr(Memories, "add_guarded", dying_add)
+    monkeypatch.setattr(Knowledge, "add_guarded", dying_add)
     extractor = CityExtractor()
     with pytest.raises(ConnectionError):
         await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
-    monkeypatch.setattr(Memories, "add_guarded", real_add)
+    monkeypatch.setattr(Knowledge, "add_guarded", real_add)
     outcome = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
     assert outcome.status == "idle" and outcome.memories == 3  # the outbox, re-applied
     assert len(extractor.batches) == 1  # the messages were not extracted again

@@ -1,4 +1,4 @@
-"""Memories extracted by real worker processes, off the write path.
+"""Knowledge extracted by real worker processes, off the write path.
 
 The rule extractor end to end (a write, then the fact searchable, and used by
 ``build_context`` in another session); and the LLM extractor against a fake
@@ -30,7 +30,7 @@ from worker_support import (
 
 from redismem import Memory, RuleExtractor
 from redismem.config import WorkerConfig
-from redismem.queue import QueueStats
+from redismem.core.queue import QueueStats
 from redismem.workers.inprocess import InProcessWorker
 from redismem.workers.jobs import MAX_TRIES
 

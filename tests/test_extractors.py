@@ -14,15 +14,15 @@ import pytest
 from worker_support import FakeChatServer, RecordedRequest, Reply
 
 from redismem.errors import ExtractorError, InvalidInput
-from redismem.extractors import (
+from redismem.llm import ChatEndpoint
+from redismem.longterm.extraction.extractors import (
     Extractor,
     LLMExtractor,
     RuleExtractor,
     extractor_from_env,
     find_date,
 )
-from redismem.llm import ChatEndpoint
-from redismem.memory_models import Fact, Goal, MemoryRecord, Relationship, Task
+from redismem.longterm.records import AgentTask, Fact, Goal, MemoryRecord, Relationship
 from redismem.models import Message
 
 #: A Saturday.
@@ -44,7 +44,7 @@ def brief(record: MemoryRecord) -> tuple[Any, ...]:
         return ("fact", record.subject, record.predicate, record.object)
     if isinstance(record, Relationship):
         return ("relationship", record.entity, record.relation, record.target)
-    if isinstance(record, Task):
+    if isinstance(record, AgentTask):
         return ("task", record.text, record.due.date() if record.due else None)
     if isinstance(record, Goal):
         return ("goal", record.text)
@@ -241,7 +241,7 @@ async def test_dates_are_resolved_against_the_message_time() -> None:
     assert found[0].text == "Remind the user to water the plants on Sunday 5 May 2024 at 17:00."
     assert found[2].text == "User went to the dentist on Sunday 5 May 2024."
     assert found[3].text == "User's birthday is March 3."
-    assert isinstance(found[1], Task) and found[1].due == found[1].event_date
+    assert isinstance(found[1], AgentTask) and found[1].due == found[1].event_date
 
 
 @pytest.mark.parametrize(
@@ -451,7 +451,13 @@ async def test_llm_reply_is_mapped_to_typed_records(chat_server: Any) -> None:
     server = chat_server(replying({"memories": memories}))
     found = await extractor(server).extract(conversation(), user_id="alice")
 
-    assert [type(r).__name__ for r in found] == ["Fact", "Relationship", "Task", "Goal", "Action"]
+    assert [type(r).__name__ for r in found] == [
+        "Fact",
+        "Relationship",
+        "AgentTask",
+        "Goal",
+        "Action",
+    ]
     assert [r.sources[0].message_ids for r in found] == [
         ["0007"],
         ["0009"],
@@ -462,7 +468,7 @@ async def test_llm_reply_is_mapped_to_typed_records(chat_server: Any) -> None:
     fact, relation, task, goal, action = found
     assert isinstance(fact, Fact) and fact.event_date == datetime(2024, 5, 10, tzinfo=UTC)
     assert isinstance(relation, Relationship) and relation.entity == "user"
-    assert isinstance(task, Task) and task.due == datetime(2024, 5, 9, 8, tzinfo=UTC)
+    assert isinstance(task, AgentTask) and task.due == datetime(2024, 5, 9, 8, tzinfo=UTC)
     assert goal.event_date is None  # an unparseable date is left out
     assert action.kind == "action"
     for record in found:

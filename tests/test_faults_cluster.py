@@ -3,7 +3,7 @@ slots move and Sentinel fails over: no acknowledged write is lost, none is
 applied twice, and the client recovers by itself.
 
 Writers follow the README's retry recipe: a write that raised
-``StoreUnavailable`` is sent again with the same ``write_id`` until it is
+``BackendUnavailable`` is sent again with the same ``write_id`` until it is
 acknowledged. With ``replica_acks=1`` an acknowledged write has reached a
 replica, so the replica that takes over has it.
 """
@@ -22,8 +22,8 @@ import redis.asyncio as aioredis
 from servers import CLUSTER_NODE_TIMEOUT_MS, LocalCluster, LocalSentinel
 from worker_support import WorkerPool, wait_ready, worker_env
 
-from redismem import Memory, StoreUnavailable
-from redismem.connection import scan_once
+from redismem import BackendUnavailable, Memory
+from redismem.core.connection import scan_once
 
 WRITERS = 16
 #: The client must be writing again this long after the failover finished.
@@ -49,7 +49,7 @@ async def _write_until_acked(memory: Memory, writer: Writer, content: str) -> No
                 user_id=writer.user,
                 write_id=write_id,
             )
-        except StoreUnavailable:
+        except BackendUnavailable:
             writer.failures += 1
             assert time.monotonic() < deadline, f"{writer.user}: no acknowledgement in 90 s"
             await asyncio.sleep(0.1)

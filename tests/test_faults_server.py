@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from helpers import client_kill_storm, user
 from worker_support import eventually
 
-from redismem import Memory, StoreError, StoreFull, StoreUnavailable
+from redismem import BackendError, BackendFull, BackendUnavailable, Memory
 
 SID = "s1"
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
@@ -30,7 +30,7 @@ async def write_exactly_once(mem: Memory, content: str, **kwargs: Any) -> None:
         try:
             await mem.write([user(content)], session_id=SID, write_id=write_id, **kwargs)
             return
-        except StoreUnavailable as exc:
+        except BackendUnavailable as exc:
             write_id = exc.write_id
             await asyncio.sleep(0.05)
 
@@ -77,7 +77,7 @@ async def test_a_stalled_server_bounds_every_call_and_the_retry_recipe_is_exactl
         started = time.monotonic()
         try:
             await mem.write([user(content)], session_id=SID)
-        except StoreUnavailable as exc:
+        except BackendUnavailable as exc:
             assert exc.write_id
             failed.append((content, exc.write_id))
         durations.append(time.monotonic() - started)
@@ -86,7 +86,7 @@ async def test_a_stalled_server_bounds_every_call_and_the_retry_recipe_is_exactl
     try:
         await asyncio.gather(*(attempt(f"stalled {i}") for i in range(20)))
         started = time.monotonic()
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(BackendUnavailable):
             await mem.read(session_id=SID)
         durations.append(time.monotonic() - started)
     finally:
@@ -112,7 +112,7 @@ async def test_no_health_check_blocks_a_call_for_the_whole_stall(
     try:
         for _ in range(3):
             started = time.monotonic()
-            with pytest.raises(StoreUnavailable):
+            with pytest.raises(BackendUnavailable):
                 await mem.read(session_id=SID)
             assert time.monotonic() - started <= mem.config.policy.bound() + 0.5
     finally:
@@ -168,7 +168,7 @@ async def test_a_refused_connection_with_no_retries_fails_at_once(
     mem = await memory_factory(server.url, retries=0)
     server.kill()
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(BackendUnavailable):
         await mem.read(session_id=SID)
     assert time.monotonic() - started < 1.0
 
@@ -182,7 +182,7 @@ async def test_a_password_protected_server_without_the_password_fails_at_once(
     if not url_password:
         url = server.url
     started = time.monotonic()
-    with pytest.raises(StoreError, match="credentials"):
+    with pytest.raises(BackendError, match="credentials"):
         await Memory.connect(url, retries=5)
     assert time.monotonic() - started < 2.0
 
@@ -217,7 +217,7 @@ async def test_reads_still_serve_data_when_memory_is_full(
     assert len(await mem.entries(session_id=SID)) == 5
     assert "out of memory" in caplog.text
     assert caplog.text.count("out of memory") == 1  # rate-limited
-    with pytest.raises(StoreFull):
+    with pytest.raises(BackendFull):
         await mem.write([user("too much")], session_id=SID)
     assert [m.content for m in await mem.read(session_id=SID)] == expected
 

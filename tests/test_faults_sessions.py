@@ -17,7 +17,7 @@ import pytest
 from helpers import snapshot, user
 
 from redismem import CorruptData, InvalidInput, Memory, Message
-from redismem.summarize import summarize_pass
+from redismem.summarization.job import summarize_pass
 
 SID = "s1"
 

@@ -22,9 +22,9 @@ from worker_support import ROOT, dialogue, eventually, wait_ready, worker_env
 
 from redismem import Memory
 from redismem.config import WorkerConfig
+from redismem.core.queue import QueueStats, SummarizeArgs, unpack_job
 from redismem.errors import InvalidInput
-from redismem.queue import QueueStats, SummarizeArgs, unpack_job
-from redismem.summarizers import TruncationSummarizer
+from redismem.summarization.summarizers import TruncationSummarizer
 from redismem.workers.context import resources
 from redismem.workers.jobs import MAX_TRIES, reconcile_pending, retry_delay, summarize_session
 
@@ -193,7 +193,7 @@ async def test_an_unreachable_redis_is_retried_with_backoff_then_recorded_keepin
     assert result["status"] == "failed"
     [record] = (await QueueStats(raw, writer.layout).snapshot())["failures"]
     assert record["tries"] == MAX_TRIES
-    assert record["error"].startswith("StoreUnavailable: ")
+    assert record["error"].startswith("BackendUnavailable: ")
 
     # The session is not poisoned: its mark stays, for the sweep to enqueue it
     # once Redis is back.
@@ -223,7 +223,7 @@ async def test_an_error_reply_is_mapped_recorded_at_once_and_clears_the_mark(
     ctx = await make_ctx(redis_url, memory, job_try=1)
     result = await summarize_session(ctx, "default", SID, namespace=namespace)
     assert result["status"] == "failed"
-    assert result["error"].startswith("StoreError: ")
+    assert result["error"].startswith("BackendError: ")
     assert "WRONGTYPE" in result["error"]
     [record] = (await stats(raw, memory))["failures"]
     assert (record["tries"], record["error"]) == (1, result["error"])

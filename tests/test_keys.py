@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, KeyLayout
-from redismem.keys import (
+from redismem.core.keys import (
     MAX_ID_BYTES,
     SESSION_KEY_KINDS,
     ParsedKey,

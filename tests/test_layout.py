@@ -192,26 +192,28 @@ def test_the_graph_counts_lazy_imports_and_skips_type_checking_ones() -> None:
             import json
         """
     )
-    assert _imports_of("redismem.tokens", source) == {
+    assert _imports_of("redismem.context.tokens", source) == {
         "redismem.errors",
-        "redismem.keys",
+        "redismem.core.keys",
         "redismem.models",
-        "redismem.codec",
-        "redismem.strategies",
+        "redismem.core.codec",
+        "redismem.context.strategies",
     }
     in_subpackage = _imports_of("redismem.sub.module", "from .. import client, keys\n")
-    assert in_subpackage == {"redismem.client", "redismem.keys"}
+    assert in_subpackage == {"redismem.client", "redismem.core.keys"}
     cyclic = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(cyclic) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_graph_sees_every_module() -> None:
-    assert {"redismem", "redismem.client", "redismem.toolgroups", "redismem.checks"} <= set(MODULES)
+    assert {"redismem", "redismem.client", "redismem.context.toolgroups", "redismem.checks"} <= set(
+        MODULES
+    )
     graph = import_graph()
-    assert "redismem.toolgroups" in graph["redismem.strategies"]
-    assert "redismem.agent_memory" in graph["redismem.client"]  # a lazy import
-    assert "redismem.client" not in graph["redismem.summarize"]  # for typing only
+    assert "redismem.context.toolgroups" in graph["redismem.context.strategies"]
+    assert "redismem.context.agent_memory" in graph["redismem.client"]  # a lazy import
+    assert "redismem.client" not in graph["redismem.summarization.job"]  # for typing only
 
 
 # -- importing ---------------------------------------------------------------------

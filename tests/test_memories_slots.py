@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from redismem import InvalidInput, StoreUnavailable
-from redismem.extract import extract_pass
-from redismem.extractors import RuleExtractor
-from redismem.memories import Memories, _slot_key
-from redismem.memory_models import Fact, MemoryRecord, Provenance, normalize_predicate
-from redismem.recall import catch_up
+from redismem import BackendUnavailable, InvalidInput
+from redismem.longterm.extraction.extractors import RuleExtractor
+from redismem.longterm.extraction.job import extract_pass
+from redismem.longterm.memories import Knowledge, _slot_key
+from redismem.longterm.records import Fact, MemoryRecord, Provenance, normalize_predicate
+from redismem.recall.index import catch_up
 
 PROPERTY = settings(
     max_examples=40,
@@ -374,19 +374,19 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
     value is active; re-sent with its write id, it finishes, once."""
     mem = await make_memory()
     old = (await mem.memories.add("alice", lives_in("Lisbon"))).record
-    memories = Memories(mem)
+    memories = Knowledge(mem)
     real_put = memories._put
 
     async def dying_put(uid: str, record: MemoryRecord, **kwargs: Any) -> bool:
         if record.id != old.id and dies_at == "settled":
-            raise StoreUnavailable("connection lost")
+            raise BackendUnavailable("connection lost")
         done = await real_put(uid, record, **kwargs)
         if record.id != old.id:
-            raise StoreUnavailable("connection lost")
+            raise BackendUnavailable("connection lost")
         return done
 
     memories._put = dying_put  # type: ignore[method-assign]
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(BackendUnavailable):
         await memories.add("alice", lives_in("Porto"), write_id="op-porto")
     assert_one_current_value(await every_record(mem, "alice"))
     again = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
@@ -439,7 +439,7 @@ async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(ma
     restored record current, makes it active first: the restore still says
     True and records its reason."""
     mem = await make_memory()
-    memories = Memories(mem)
+    memories = Knowledge(mem)
     lisbon = (await memories.add("alice", lives_in("Lisbon"))).record
     await memories.add("alice", lives_in("Porto"))
     real_settle = memories._settle
@@ -464,7 +464,7 @@ async def test_no_two_values_are_ever_active_at_once_while_adds_race(make_memory
     slot, settled, holds still (``store.put_guarded(while_at=...)``)."""
     import msgpack
 
-    from redismem.keys import store_namespace_ref
+    from redismem.core.keys import store_namespace_ref
 
     mem = await make_memory()
     rng = random.Random(seed)

@@ -19,8 +19,8 @@ from redismem import (
     Message,
     RedisMemError,
 )
-from redismem.tokens import message_tokens
-from redismem.transport import Link
+from redismem.context.tokens import message_tokens
+from redismem.core.transport import MultiplexedConnection
 
 pytestmark = pytest.mark.every_server
 
@@ -525,37 +525,39 @@ async def test_write_and_read_are_one_round_trip_each(make_memory, monkeypatch, 
     await mem.read(session_id="s", limit=10)
     sent: list[str] = []
     original = mem.redis.execute_command
-    pipeline, transaction = Link.pipeline, Link.transaction
-    evalsha, evalsha_now = Link.evalsha, Link.evalsha_now
+    pipeline, transaction = MultiplexedConnection.pipeline, MultiplexedConnection.transaction
+    evalsha, evalsha_now = MultiplexedConnection.evalsha, MultiplexedConnection.evalsha_now
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         sent.append(str(args[0]))
         return await original(*args, **kwargs)
 
-    async def counting_pipeline(link: Link, commands: Any, **options: Any) -> Any:
+    async def counting_pipeline(link: MultiplexedConnection, commands: Any, **options: Any) -> Any:
         sent.extend(str(command[0]) for command in commands)
         return await pipeline(link, commands, **options)
 
-    async def counting_evalsha(link: Link, *args: Any, **options: Any) -> Any:
+    async def counting_evalsha(link: MultiplexedConnection, *args: Any, **options: Any) -> Any:
         sent.append("EVALSHA")
         return await evalsha(link, *args, **options)
 
-    def counting_evalsha_now(link: Link, *args: Any, **options: Any) -> Any:
+    def counting_evalsha_now(link: MultiplexedConnection, *args: Any, **options: Any) -> Any:
         started = evalsha_now(link, *args, **options)
         if started is not None:
             sent.append("EVALSHA")
         return started
 
-    async def counting_transaction(link: Link, commands: Any, **options: Any) -> Any:
+    async def counting_transaction(
+        link: MultiplexedConnection, commands: Any, **options: Any
+    ) -> Any:
         sent.append("MULTI")
         return await transaction(link, commands, **options)
 
     # Both paths to the server: redis-py's client and the hot path's link.
     monkeypatch.setattr(mem.redis, "execute_command", counting)
-    monkeypatch.setattr(Link, "pipeline", counting_pipeline)
-    monkeypatch.setattr(Link, "transaction", counting_transaction)
-    monkeypatch.setattr(Link, "evalsha", counting_evalsha)
-    monkeypatch.setattr(Link, "evalsha_now", counting_evalsha_now)
+    monkeypatch.setattr(MultiplexedConnection, "pipeline", counting_pipeline)
+    monkeypatch.setattr(MultiplexedConnection, "transaction", counting_transaction)
+    monkeypatch.setattr(MultiplexedConnection, "evalsha", counting_evalsha)
+    monkeypatch.setattr(MultiplexedConnection, "evalsha_now", counting_evalsha_now)
     await mem.write([user(f"m{i}") for i in range(50)], session_id="s", tags={"a": "1", "b": "2"})
     assert sent == ["EVALSHA"]
     sent.clear()

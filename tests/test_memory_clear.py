@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import keys_matching, snapshot, user
 
-from redismem.queue import user_jobs
+from redismem.core.queue import user_jobs
 
 pytestmark = pytest.mark.every_server
 
@@ -105,7 +105,7 @@ async def test_a_client_behind_a_new_epoch_reads_and_writes_in_it(make_memory, r
     """The user came back during a clear (its guard stays, in a new epoch):
     a client that remembers the old epoch is refused by every script and
     plain read, and goes on in the new one; nothing of the old is visible."""
-    from redismem.guard import GUARD_MIN_TTL_MS, reap
+    from redismem.core.guard import GUARD_MIN_TTL_MS, reap
 
     a = await make_memory()
     b = await make_memory()

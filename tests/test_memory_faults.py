@@ -9,7 +9,7 @@ import msgpack
 import pytest
 from helpers import free_port, user
 
-from redismem import CorruptData, Memory, RedisMemError, StoreError, StoreUnavailable
+from redismem import BackendError, BackendUnavailable, CorruptData, Memory, RedisMemError
 
 GARBAGE_MESSAGES = {
     "no token prefix": b"\x00\x01garbage",
@@ -139,9 +139,9 @@ async def test_wrong_key_type_raises_store_error_and_spares_other_sessions(make_
     mem = await make_memory()
     await _two_sessions(mem)
     await raw.set(mem.layout.session("default", "bad").msgs, b"not a list")
-    with pytest.raises(StoreError):
+    with pytest.raises(BackendError):
         await mem.read(session_id="bad")
-    with pytest.raises(StoreError):
+    with pytest.raises(BackendError):
         await mem.write([user("x")], session_id="bad")
     await _good_still_readable(mem)
 
@@ -149,7 +149,7 @@ async def test_wrong_key_type_raises_store_error_and_spares_other_sessions(make_
 async def test_unreachable_redis_raises_store_unavailable_quickly(clean_env):
     url = f"redis://127.0.0.1:{free_port()}/0"
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable) as info:
+    with pytest.raises(BackendUnavailable) as info:
         await Memory.connect(url, connect_timeout=0.5, retries=2)
     assert time.monotonic() - started < 10
     assert isinstance(info.value, RedisMemError)
@@ -158,7 +158,7 @@ async def test_unreachable_redis_raises_store_unavailable_quickly(clean_env):
 
 async def test_password_is_masked_in_errors(clean_env):
     url = f"redis://user:s3cret-pw@127.0.0.1:{free_port()}/0"
-    with pytest.raises(StoreUnavailable) as info:
+    with pytest.raises(BackendUnavailable) as info:
         await Memory.connect(url, connect_timeout=0.5, retries=0)
     assert "s3cret-pw" not in str(info.value)
 
@@ -176,7 +176,7 @@ async def test_server_killed_mid_use_raises_store_unavailable(redis_server_facto
         lambda: mem.clear_user("default"),
     ):
         started = time.monotonic()
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(BackendUnavailable):
             await call()
         assert time.monotonic() - started < 10
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from redismem import InvalidInput, Memory, Message, RedisMemError
-from redismem.keys import MAX_ID_BYTES
+from redismem.core.keys import MAX_ID_BYTES
 from redismem.models import input_message
 from redismem.validation import MAX_DEPTH
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from redismem import CorruptData, Message, ToolCall
-from redismem.codec import SCHEMA_VERSION, decode_messages, encode_message
+from redismem.core.codec import SCHEMA_VERSION, decode_messages, encode_message
 from redismem.validation import INT_MAX, INT_MIN, MAX_DEPTH, check_json_value
 
 

@@ -1,4 +1,4 @@
-"""Memory providers: Buffer, SlidingWindow, Summarizing and Composite memory."""
+"""Memory providers: Buffer, LastMessages, Summarizing and Composite memory."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import InvalidInput, Memory, Message, ToolCall
-from redismem.composite import MERGE_MODES, CompositeMemory, merge_messages
-from redismem.fencing import MEMORY_DATA_HEADER
-from redismem.models import MemoryEntry
-from redismem.providers import (
+from redismem.context.composite import MERGE_MODES, CombinedProvider, merge_messages
+from redismem.context.providers import (
     BufferMemory,
+    LastTurnsMemory,
     MemoryProvider,
-    SlidingWindowMemory,
     SummarizingMemory,
 )
-from redismem.strategies import Hybrid, SlidingWindow, TokenBudget, Turns
-from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
-from redismem.tokens import message_tokens
+from redismem.context.quoting import MEMORY_DATA_HEADER
+from redismem.context.strategies import Hybrid, LastMessages, TokenBudget, Turns
+from redismem.context.tokens import message_tokens
+from redismem.models import MemoryEntry
+from redismem.summarization.summarizers import KeyPointsSummarizer, TruncationSummarizer
 
 pytestmark = pytest.mark.every_server
 
@@ -178,9 +178,9 @@ class ListProvider:
 async def test_every_provider_satisfies_the_protocol(mem: Memory) -> None:
     providers = [
         BufferMemory(mem),
-        SlidingWindowMemory(mem, max_turns=3),
+        LastTurnsMemory(mem, max_turns=3),
         SummarizingMemory(mem, recent_messages=4),
-        CompositeMemory([BufferMemory(mem)]),
+        CombinedProvider([BufferMemory(mem)]),
         ListProvider([]),
     ]
     for provider in providers:
@@ -197,7 +197,7 @@ async def test_invalid_arguments_are_rejected(mem: Memory) -> None:
     with pytest.raises(InvalidInput):
         BufferMemory(mem, store_system="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
-        SlidingWindowMemory(mem)
+        LastTurnsMemory(mem)
     with pytest.raises(InvalidInput):
         SummarizingMemory(mem, recent_messages=-1)
     with pytest.raises(InvalidInput):
@@ -207,11 +207,11 @@ async def test_invalid_arguments_are_rejected(mem: Memory) -> None:
     with pytest.raises(InvalidInput):
         SummarizingMemory(mem, recent_messages=2, summarizer="keypoints")  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
-        CompositeMemory([])
+        CombinedProvider([])
     with pytest.raises(InvalidInput):
-        CompositeMemory([BufferMemory(mem), "nope"])  # type: ignore[list-item]
+        CombinedProvider([BufferMemory(mem), "nope"])  # type: ignore[list-item]
     with pytest.raises(InvalidInput):
-        CompositeMemory([BufferMemory(mem)], merge="zip")  # type: ignore[arg-type]
+        CombinedProvider([BufferMemory(mem)], merge="zip")  # type: ignore[arg-type]
     buffer = BufferMemory(mem)
     with pytest.raises(InvalidInput):
         await buffer.read(session_id="s", limit=-1)
@@ -307,7 +307,7 @@ async def test_buffer_read_equals_its_strategy_over_the_whole_session(
     if count is not None and max_tokens is not None:
         expected = Hybrid(count, max_tokens).apply(full).kept
     elif count is not None:
-        expected = SlidingWindow(count).apply(full).kept
+        expected = LastMessages(count).apply(full).kept
     elif max_tokens is not None:
         expected = TokenBudget(max_tokens).apply(full).kept
     else:
@@ -316,23 +316,23 @@ async def test_buffer_read_equals_its_strategy_over_the_whole_session(
     assert_no_split_groups(got)
 
 
-# -- SlidingWindowMemory -----------------------------------------------------------
+# -- LastTurnsMemory -----------------------------------------------------------
 
 
 async def test_sliding_window_keeps_whole_turns(make_memory: MemoryFactory) -> None:
     memory = await make_memory()
-    window = SlidingWindowMemory(memory, max_turns=1)
+    window = LastTurnsMemory(memory, max_turns=1)
     run = support_run()
     await window.write(run, session_id="s")
     last_turn = await window.read(session_id="s")
     assert [m.content for m in last_turn] == [m.content for m in run[7:]]
 
-    both = await SlidingWindowMemory(memory, max_turns=5).read(session_id="s")
+    both = await LastTurnsMemory(memory, max_turns=5).read(session_id="s")
     assert len(both) == len(run)
 
     # Token-aware: the first turn (with a long JSON result) does not fit.
     budget = sum(m.token_count or 0 for m in last_turn) + 20
-    tight = await SlidingWindowMemory(memory, max_tokens=budget, max_turns=5).read(session_id="s")
+    tight = await LastTurnsMemory(memory, max_tokens=budget, max_turns=5).read(session_id="s")
     assert tight == last_turn
     full = await memory.read(session_id="s")
     assert tight == Turns(5, budget).apply(full).kept
@@ -473,7 +473,7 @@ async def test_summarizing_memory_reads_tagged_messages_after_the_summary(mem: M
     assert [m.content for m in history[1:]] == ["billing 3?"]
 
 
-# -- CompositeMemory ---------------------------------------------------------------
+# -- CombinedProvider ---------------------------------------------------------------
 
 
 async def test_composite_over_one_memory_writes_once_and_merges(
@@ -484,7 +484,7 @@ async def test_composite_over_one_memory_writes_once_and_merges(
         memory, recent_messages=3, summarizer=KeyPointsSummarizer(), summarize_every=4
     )
     recent = BufferMemory(memory, max_messages=4)
-    composite = CompositeMemory([summarizing, recent])
+    composite = CombinedProvider([summarizing, recent])
     run = support_run()
     entry = await composite.write(run, session_id="s", agent_name="support")
     assert entry is not None and len(entry.messages) == len(run)
@@ -499,11 +499,11 @@ async def test_composite_over_one_memory_writes_once_and_merges(
     assert merged[-1].content == "and my invoice?"
     assert_no_split_groups(merged)
 
-    concat = await CompositeMemory([recent, summarizing], merge="concat").read(session_id="s")
+    concat = await CombinedProvider([recent, summarizing], merge="concat").read(session_id="s")
     assert concat[: len(await recent.read(session_id="s"))] == await recent.read(session_id="s")
     assert len({(m.id, m.content) for m in concat}) == len(concat)
 
-    priority = CompositeMemory([recent, summarizing], merge="priority")
+    priority = CombinedProvider([recent, summarizing], merge="priority")
     assert await priority.read(session_id="s") == await recent.read(session_id="s")
 
     await composite.clear(session_id="s")
@@ -518,7 +518,7 @@ async def test_composite_writes_every_distinct_store(mem: Memory) -> None:
     )
     try:
         custom = ListProvider([])
-        composite = CompositeMemory([BufferMemory(mem), BufferMemory(other), custom])
+        composite = CombinedProvider([BufferMemory(mem), BufferMemory(other), custom])
         await composite.write([user("hello")], session_id="s")
         assert [m.content for m in await mem.read(session_id="s")] == ["hello"]
         assert [m.content for m in await other.read(session_id="s")] == ["hello"]
@@ -526,12 +526,12 @@ async def test_composite_writes_every_distinct_store(mem: Memory) -> None:
         # Equal ids from two stores are not duplicates: the messages differ.
         await other.write([user("only in the other store")], session_id="t")
         await mem.write([user("only in the first store")], session_id="t")
-        merged = await CompositeMemory([BufferMemory(mem), BufferMemory(other)]).read(
+        merged = await CombinedProvider([BufferMemory(mem), BufferMemory(other)]).read(
             session_id="t"
         )
         assert {m.content for m in merged} == {"only in the first store", "only in the other store"}
         # Mirrored messages (same id, same content) are one.
-        both = await CompositeMemory([BufferMemory(mem), BufferMemory(other)]).read(session_id="s")
+        both = await CombinedProvider([BufferMemory(mem), BufferMemory(other)]).read(session_id="s")
         assert [m.content for m in both] == ["hello"]
     finally:
         await other.aclose()
@@ -540,7 +540,7 @@ async def test_composite_writes_every_distinct_store(mem: Memory) -> None:
 async def test_priority_falls_back_to_the_next_provider(mem: Memory) -> None:
     empty = BufferMemory(mem)
     fallback = ListProvider([user("from the fallback")])
-    composite = CompositeMemory([empty, fallback], merge="priority")
+    composite = CombinedProvider([empty, fallback], merge="priority")
     assert [m.content for m in await composite.read(session_id="s")] == ["from the fallback"]
     await mem.write([user("stored")], session_id="s")
     assert [m.content for m in await composite.read(session_id="s")] == ["stored"]
@@ -551,7 +551,7 @@ async def test_composite_raises_a_providers_write_error_after_trying_all(mem: Me
         async def write(self, messages: Any, **kwargs: Any) -> MemoryEntry | None:
             raise RuntimeError("disk full")
 
-    composite = CompositeMemory([Broken([]), BufferMemory(mem)])
+    composite = CombinedProvider([Broken([]), BufferMemory(mem)])
     with pytest.raises(RuntimeError, match="disk full"):
         await composite.write([user("hi")], session_id="s")
     assert [m.content for m in await mem.read(session_id="s")] == ["hi"]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redismem import ranking
-from redismem.analysis import terms
-from redismem.ranking import DocLinks, Params, doc_weights, idf, query_terms, rank
+from redismem.recall import ranking
+from redismem.recall.ranking import DocLinks, Params, doc_weights, idf, query_terms, rank
+from redismem.recall.terms import terms
 
 quick = settings(max_examples=200, deadline=None, database=None)
 

@@ -31,8 +31,8 @@ from worker_support import WorkerPool, wait_ready, worker_env
 
 import redismem
 from redismem import InvalidInput, Memory, Message
-from redismem.analysis import terms
-from redismem.summarizers import TruncationSummarizer
+from redismem.recall.terms import terms
+from redismem.summarization.summarizers import TruncationSummarizer
 from redismem.workers.inprocess import InProcessWorker
 
 pytestmark = pytest.mark.every_server

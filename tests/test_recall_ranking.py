@@ -15,7 +15,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from redismem import codec, ranking, recall
+from redismem.core import codec
+from redismem.recall import index as recall
+from redismem.recall import ranking
 
 SESSIONS = {
     "trip": [

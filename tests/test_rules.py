@@ -38,12 +38,10 @@ from redismem.checks import (
     new_write_id,
 )
 from redismem.client import Memory
-from redismem.counting import estimate_tokens, fit_text, message_tokens
-from redismem.errors import InvalidInput
-from redismem.fencing import SUMMARY_LABEL, render_summary, summary_message, unfence
-from redismem.models import Message, Summary, ToolCall
-from redismem.strategies import MemoryStrategy, TokenBudget
-from redismem.toolgroups import (
+from redismem.context.counting import estimate_tokens, fit_text, message_tokens
+from redismem.context.quoting import SUMMARY_LABEL, render_summary, summary_message, unfence
+from redismem.context.strategies import MemoryStrategy, TokenBudget
+from redismem.context.toolgroups import (
     OrphanRule,
     SystemRule,
     drop_orphan_tool_results,
@@ -52,6 +50,8 @@ from redismem.toolgroups import (
     split_at_tool_boundary,
     tool_units,
 )
+from redismem.errors import InvalidInput
+from redismem.models import Message, Summary, ToolCall
 
 SYSTEM_RULES: tuple[SystemRule, ...] = get_args(SystemRule)
 ORPHAN_RULES: tuple[OrphanRule, ...] = get_args(OrphanRule)

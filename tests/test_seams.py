@@ -19,8 +19,8 @@ import pytest
 from worker_support import eventually, wait_ready, worker_env
 
 from redismem import Memory
-from redismem.guard import user_digest
-from redismem.queue import QueueStats, user_jobs
+from redismem.core.guard import user_digest
+from redismem.core.queue import QueueStats, user_jobs
 
 FACTS = [
     "My name is Dana and I live in Lisbon.",
@@ -386,7 +386,7 @@ async def test_a_write_meeting_a_key_of_the_wrong_type_writes_nothing(
 
 CLEAR_THEN_DIE = """
 import asyncio, os, signal, sys
-import redismem.guard as guard
+import redismem.core.guard as guard
 from redismem import Memory
 
 async def main() -> None:
@@ -447,7 +447,7 @@ async def test_docs_of_a_clear_that_died_before_forgetting_them_are_forgotten_by
     """clear() sets the session's docs aside (a grave) in its script, then
     forgets them: a caller that dies in between leaves the grave, which the
     next job of the user's workers drains."""
-    from redismem.keys import grave_suffix
+    from redismem.core.keys import grave_suffix
 
     raw = await raw_factory(redis_url)
     await wait_ready(raw, workers.start(worker_env(redis_url, namespace, queue_name)))

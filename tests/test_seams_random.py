@@ -28,7 +28,7 @@ from helpers import client_kill_storm
 from worker_support import wait_ready, worker_env
 
 from redismem import Memory
-from redismem.errors import StoreUnavailable
+from redismem.errors import BackendUnavailable
 
 USERS = ["ann", "bo", "cy"]
 SESSIONS = [f"s{i}" for i in range(5)]
@@ -109,7 +109,7 @@ async def retrying(call: Any) -> Any:
     for _ in range(20):
         try:
             return await call()
-        except StoreUnavailable:
+        except BackendUnavailable:
             await asyncio.sleep(0.05)
     raise AssertionError("the server stayed unreachable")
 
@@ -305,7 +305,7 @@ async def check(run: Run, mem: Memory, raw: Any) -> None:
         assert set(indexed) == set(stored), f"stored vs indexed differ for {user} {why}"
         for ident, contents in indexed.items():
             assert contents == [stored[ident]], f"{ident} indexed as {contents} {why}"
-        # Memories: none from a cleared write; one current home at most.
+        # Knowledge: none from a cleared write; one current home at most.
         records = await mem.memories.search(user, status="any", limit=1000)
         gone = {f"Town{w.n}" for w in run.writes if w.user == user and run.must_be_gone(w)}
         for hit in records:

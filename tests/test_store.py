@@ -1,4 +1,4 @@
-"""The long-term store (``redismem.store``): items, versions and history,
+"""The long-term store (``redismem.longterm.store``): items, versions and history,
 idempotent writes, TTLs, keyword search, input checks and the key layout.
 Every test runs on a real Redis and on the embedded backend."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from redismem import CorruptData, InvalidInput, Memory, StoreUnavailable
-from redismem.keys import STORE_KEY_KINDS, KeyLayout, store_ref
-from redismem.store import Item, ItemVersion, LongTermStore, SearchItem
+from redismem import BackendUnavailable, CorruptData, InvalidInput, Memory
+from redismem.core.keys import STORE_KEY_KINDS, KeyLayout, store_ref
+from redismem.longterm.store import Item, ItemVersion, LongTermStore, SearchItem
 
 NS = ("alice", "prefs")
 
@@ -148,10 +148,10 @@ async def test_a_put_whose_reply_was_lost_is_retried_with_its_write_id(make_memo
 
     async def reply_lost(operation: Any) -> Any:
         await call(operation)
-        raise StoreUnavailable("the reply was lost")
+        raise BackendUnavailable("the reply was lost")
 
     monkeypatch.setattr(mem, "call", reply_lost)
-    with pytest.raises(StoreUnavailable) as info:
+    with pytest.raises(BackendUnavailable) as info:
         await store.put(NS, "k", {"v": 1})
     monkeypatch.setattr(mem, "call", call)
     assert info.value.write_id

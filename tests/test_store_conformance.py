@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from redismem.keys import store_namespace_ref, store_ref
-from redismem.store import LongTermStore
+from redismem.core.keys import store_namespace_ref, store_ref
+from redismem.longterm.store import LongTermStore
 
 pytestmark = pytest.mark.every_server
 

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redismem.errors import InvalidInput
-from redismem.models import Message, Role, ToolCall
-from redismem.strategies import (
+from redismem.context.strategies import (
     Hybrid,
+    LastMessages,
     MemoryStrategy,
-    SlidingWindow,
     StrategyResult,
     TokenBudget,
     Turns,
 )
-from redismem.tokens import estimate_messages_tokens, trim_to_token_budget
+from redismem.context.tokens import estimate_messages_tokens, trim_to_token_budget
+from redismem.errors import InvalidInput
+from redismem.models import Message, Role, ToolCall
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -96,7 +96,7 @@ def kept_positions(conversation: Sequence[Message], outcome: StrategyResult) -> 
 
 def test_all_strategies_satisfy_the_protocol() -> None:
     strategies: list[MemoryStrategy] = [
-        SlidingWindow(5),
+        LastMessages(5),
         TokenBudget(100),
         Hybrid(5, 100),
         Turns(2),
@@ -106,20 +106,20 @@ def test_all_strategies_satisfy_the_protocol() -> None:
 
 def test_fitting_history_is_kept_whole() -> None:
     conversation = trip_planning()
-    for strategy in (SlidingWindow(50), TokenBudget(10_000), Hybrid(50, 10_000), Turns(10)):
+    for strategy in (LastMessages(50), TokenBudget(10_000), Hybrid(50, 10_000), Turns(10)):
         outcome = strategy.apply(conversation)
         assert outcome.kept == conversation
         assert outcome.dropped == []
 
 
 def test_empty_history() -> None:
-    for strategy in (SlidingWindow(1), TokenBudget(1), Hybrid(1, 1), Turns(1)):
+    for strategy in (LastMessages(1), TokenBudget(1), Hybrid(1, 1), Turns(1)):
         assert strategy.apply([]) == StrategyResult(kept=[], dropped=[])
 
 
 def test_sliding_window_keeps_most_recent_messages() -> None:
     conversation = trip_planning()
-    outcome = SlidingWindow(3).apply(conversation)
+    outcome = LastMessages(3).apply(conversation)
     assert kept_positions(conversation, outcome) == [11, 12, 13]
     assert outcome.dropped == conversation[:11]
 
@@ -127,12 +127,12 @@ def test_sliding_window_keeps_most_recent_messages() -> None:
 def test_sliding_window_never_splits_a_tool_call_from_its_results() -> None:
     conversation = trip_planning()
     # One more slot would take the booking result but not its call: both stay out.
-    assert kept_positions(conversation, SlidingWindow(4).apply(conversation)) == [11, 12, 13]
-    assert kept_positions(conversation, SlidingWindow(5).apply(conversation)) == [9, 10, 11, 12, 13]
+    assert kept_positions(conversation, LastMessages(4).apply(conversation)) == [11, 12, 13]
+    assert kept_positions(conversation, LastMessages(5).apply(conversation)) == [9, 10, 11, 12, 13]
     # The parallel weather calls: the assistant message and both results move together.
-    outcome = SlidingWindow(10).apply(conversation)
+    outcome = LastMessages(10).apply(conversation)
     assert kept_positions(conversation, outcome) == [5, 6, 7, 8, 9, 10, 11, 12, 13]
-    outcome = SlidingWindow(12).apply(conversation)
+    outcome = LastMessages(12).apply(conversation)
     assert kept_positions(conversation, outcome) == list(range(2, 14))
 
 
@@ -147,11 +147,11 @@ def test_preserve_recent_extends_to_the_whole_tool_group() -> None:
         result("b", "298479"),
     ]
     # Preserving the last message alone would orphan it: the call and both results stay.
-    outcome = SlidingWindow(1, preserve_recent=1).apply(conversation)
+    outcome = LastMessages(1, preserve_recent=1).apply(conversation)
     assert outcome.kept == conversation[1:]
     assert outcome.dropped == conversation[:1]
     # Without preservation the group is over budget, so nothing fits.
-    assert SlidingWindow(1).apply(conversation).kept == []
+    assert LastMessages(1).apply(conversation).kept == []
 
 
 def test_preserved_messages_are_kept_over_budget() -> None:
@@ -166,7 +166,7 @@ def test_trailing_tool_call_without_results_is_kept() -> None:
         user("Run the test suite."),
         calls(ToolCall(id="run", name="shell", arguments={"cmd": "pytest -q"})),
     ]
-    assert SlidingWindow(1).apply(conversation).kept == conversation[1:]
+    assert LastMessages(1).apply(conversation).kept == conversation[1:]
     assert TokenBudget(1_000).apply(conversation).kept == conversation
 
 
@@ -174,7 +174,7 @@ def test_orphaned_tool_results_are_dropped_even_when_preserved() -> None:
     # The call was trimmed away before this history was read.
     conversation = [result("gone", "42"), result("gone2", "43"), answer("It is 42."), user("ok")]
     for strategy in (
-        SlidingWindow(10, preserve_recent=10),
+        LastMessages(10, preserve_recent=10),
         TokenBudget(10_000, preserve_recent=10),
         Hybrid(10, 10_000, preserve_recent=10),
         Turns(10),
@@ -186,14 +186,14 @@ def test_orphaned_tool_results_are_dropped_even_when_preserved() -> None:
 
 def test_system_messages_counted_by_default() -> None:
     conversation = trip_planning()
-    outcome = SlidingWindow(13).apply(conversation)
+    outcome = LastMessages(13).apply(conversation)
     assert outcome.dropped == conversation[:1]
 
 
 def test_uncounted_system_messages_are_always_kept_and_free() -> None:
     conversation = trip_planning()
     conversation.insert(12, system("The user prefers French."))
-    outcome = SlidingWindow(3, count_system=False).apply(conversation)
+    outcome = LastMessages(3, count_system=False).apply(conversation)
     assert [m.content for m in outcome.kept] == [
         conversation[0].content,
         "Booked LX160 on Friday, confirmation Q7X2LM.",
@@ -214,12 +214,12 @@ def test_system_message_between_a_call_and_its_results_stays_in_the_group() -> N
         result("o", '{"status": "shipped"}'),
         answer("Order 17 has shipped."),
     ]
-    outcome = SlidingWindow(2).apply(conversation)
+    outcome = LastMessages(2).apply(conversation)
     assert outcome.kept == conversation[4:]
-    outcome = SlidingWindow(4).apply(conversation)
+    outcome = LastMessages(4).apply(conversation)
     assert outcome.kept == conversation[1:]
     # Uncounted, the system message stays even though its group is dropped.
-    outcome = SlidingWindow(1, count_system=False).apply(conversation)
+    outcome = LastMessages(1, count_system=False).apply(conversation)
     assert outcome.kept == [conversation[2], conversation[4]]
 
 
@@ -304,14 +304,14 @@ def test_turns_with_uncounted_system_messages() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: SlidingWindow(0),
-        lambda: SlidingWindow(-3),
-        lambda: SlidingWindow("5"),  # type: ignore[arg-type]
-        lambda: SlidingWindow(True),
-        lambda: SlidingWindow(2.5),  # type: ignore[arg-type]
-        lambda: SlidingWindow(5, preserve_recent=-1),
-        lambda: SlidingWindow(5, preserve_recent=None),  # type: ignore[arg-type]
-        lambda: SlidingWindow(5, count_system="no"),  # type: ignore[arg-type]
+        lambda: LastMessages(0),
+        lambda: LastMessages(-3),
+        lambda: LastMessages("5"),  # type: ignore[arg-type]
+        lambda: LastMessages(True),
+        lambda: LastMessages(2.5),  # type: ignore[arg-type]
+        lambda: LastMessages(5, preserve_recent=-1),
+        lambda: LastMessages(5, preserve_recent=None),  # type: ignore[arg-type]
+        lambda: LastMessages(5, count_system="no"),  # type: ignore[arg-type]
         lambda: TokenBudget(0),
         lambda: TokenBudget(None),  # type: ignore[arg-type]
         lambda: Hybrid(0, 100),
@@ -330,23 +330,23 @@ def test_invalid_settings_are_rejected(make: Callable[[], Any]) -> None:
 
 def test_invalid_input_is_also_value_error() -> None:
     with pytest.raises(ValueError, match="max_messages"):
-        SlidingWindow(0)
+        LastMessages(0)
 
 
 def test_options_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        SlidingWindow(5, 2)  # type: ignore[call-arg]
+        LastMessages(5, 2)  # type: ignore[call-arg]
 
 
 def test_strategies_are_frozen() -> None:
-    window = SlidingWindow(5)
+    window = LastMessages(5)
     with pytest.raises(dataclasses.FrozenInstanceError):
         window.max_messages = 6  # type: ignore[misc]
 
 
 def test_non_messages_are_rejected() -> None:
     with pytest.raises(InvalidInput, match=r"messages\[1\]"):
-        SlidingWindow(5).apply([user("hi"), {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+        LastMessages(5).apply([user("hi"), {"role": "user", "content": "hi"}])  # type: ignore[list-item]
 
 
 # -- random conversations -----------------------------------------------------------
@@ -533,7 +533,7 @@ LIMITS = {
 def test_sliding_window_properties(
     conversation: list[Message], max_messages: int, preserve_recent: int, count_system: bool
 ) -> None:
-    strategy = SlidingWindow(
+    strategy = LastMessages(
         max_messages, preserve_recent=preserve_recent, count_system=count_system
     )
     check_limited(
@@ -641,7 +641,7 @@ def test_histories_cut_mid_tool_sequence_never_yield_orphans(
     """The store may have trimmed a call but not its results: those results go."""
     cut = conversation[data.draw(st.integers(0, len(conversation))) :]
     candidates: list[MemoryStrategy] = [
-        SlidingWindow(6, preserve_recent=3),
+        LastMessages(6, preserve_recent=3),
         TokenBudget(200, preserve_recent=2, count_system=False),
         Hybrid(8, 300, preserve_recent=100),
         Turns(2, 500),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from redismem import KeyLayout, Memory, Message
-from redismem.summarize import summarize_pass
+from redismem.summarization.job import summarize_pass
 
 SID = "s"
 

@@ -13,7 +13,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from redismem import ROLES, CorruptData, KeyLayout, Message, ToolCall, codec
+from redismem import ROLES, CorruptData, KeyLayout, Message, ToolCall
+from redismem.core import codec
 
 
 def _pack(fields: Any) -> bytes:

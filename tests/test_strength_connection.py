@@ -1,6 +1,6 @@
 """Error mapping and call bounds the mutation run found unpinned (see
-docs/mutation-testing.md). Through ``map_error`` and ``CallPolicy``, the
-documented names of ``redismem.connection``."""
+docs/mutation-testing.md). Through ``map_error`` and ``RetryPolicy``, the
+documented names of ``redismem.core.connection``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import pytest
 import redis.exceptions as rexc
 
-from redismem import CorruptData, InvalidInput, StoreError, StoreFull, StoreUnavailable
-from redismem.connection import CallPolicy, map_error
+from redismem import BackendError, BackendFull, BackendUnavailable, CorruptData, InvalidInput
+from redismem.core.connection import RetryPolicy, map_error
 
 URL = "redis://user:secret@127.0.0.1:6379/0"
 
@@ -34,28 +34,34 @@ def test_a_corrupt_reply_without_details_still_maps() -> None:
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [
-        (rexc.ResponseError("OOM command not allowed when used memory > 'maxmemory'."), StoreFull),
-        (rexc.OutOfMemoryError("OOM command not allowed"), StoreFull),
-        (rexc.ResponseError("LOADING Redis is loading the dataset in memory"), StoreUnavailable),
+        (
+            rexc.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+            BackendFull,
+        ),
+        (rexc.OutOfMemoryError("OOM command not allowed"), BackendFull),
+        (rexc.ResponseError("LOADING Redis is loading the dataset in memory"), BackendUnavailable),
         (
             rexc.ResponseError("READONLY You can't write against a read only replica."),
-            StoreUnavailable,
+            BackendUnavailable,
         ),
-        (rexc.ResponseError("MASTERDOWN Link with MASTER is down"), StoreUnavailable),
-        (rexc.ResponseError("TRYAGAIN Multiple keys request during rehashing"), StoreUnavailable),
-        (rexc.ResponseError("CLUSTERDOWN The cluster is down"), StoreUnavailable),
-        (rexc.ResponseError("NOPERM this user has no permissions"), StoreError),
-        (rexc.ResponseError("WRONGPASS invalid username-password pair"), StoreError),
-        (rexc.AuthenticationError("invalid password"), StoreError),
+        (
+            rexc.ResponseError("MASTERDOWN Link with MASTER is down"),
+            BackendUnavailable,
+        ),
+        (rexc.ResponseError("TRYAGAIN Multiple keys request during rehashing"), BackendUnavailable),
+        (rexc.ResponseError("CLUSTERDOWN The cluster is down"), BackendUnavailable),
+        (rexc.ResponseError("NOPERM this user has no permissions"), BackendError),
+        (rexc.ResponseError("WRONGPASS invalid username-password pair"), BackendError),
+        (rexc.AuthenticationError("invalid password"), BackendError),
         (
             rexc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
-            StoreError,
+            BackendError,
         ),
-        (rexc.ResponseError("ERR unknown command"), StoreError),
-        (rexc.ConnectionError("Connection refused"), StoreUnavailable),
-        (rexc.TimeoutError("Timeout reading from socket"), StoreUnavailable),
-        (ConnectionResetError("reset by peer"), StoreUnavailable),
-        (TimeoutError(), StoreUnavailable),
+        (rexc.ResponseError("ERR unknown command"), BackendError),
+        (rexc.ConnectionError("Connection refused"), BackendUnavailable),
+        (rexc.TimeoutError("Timeout reading from socket"), BackendUnavailable),
+        (ConnectionResetError("reset by peer"), BackendUnavailable),
+        (TimeoutError(), BackendUnavailable),
     ],
 )
 def test_redis_errors_map_to_their_kind(exc: BaseException, kind: type[Exception]) -> None:
@@ -82,7 +88,7 @@ def test_a_timeout_without_text_says_so() -> None:
 
 
 def test_redismem_errors_map_to_themselves_and_others_to_none() -> None:
-    for own in (InvalidInput("x"), CorruptData("k", "r"), StoreUnavailable("down")):
+    for own in (InvalidInput("x"), CorruptData("k", "r"), BackendUnavailable("down")):
         assert map_error(own, URL) is own
     assert map_error(KeyError("x"), URL) is None
     assert map_error(ValueError("x"), URL) is None
@@ -91,18 +97,18 @@ def test_redismem_errors_map_to_themselves_and_others_to_none() -> None:
 def test_the_documented_default_bounds() -> None:
     # README: retries back off exponentially from 0.1 s, capped at 2 s; with
     # the defaults (3 retries of 5 s attempts) every call ends within 20.7 s.
-    policy = CallPolicy(URL)
+    policy = RetryPolicy(URL)
     assert (policy.attempt_timeout, policy.retries) == (5.0, 3)
     assert [policy.backoff(n) for n in range(1, 8)] == pytest.approx(
         [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
     )
     assert policy.bound() == pytest.approx(20.7)
-    assert CallPolicy(URL, attempt_timeout=1.0, retries=0).bound() == pytest.approx(1.0)
-    assert CallPolicy(URL, attempt_timeout=1.0, retries=2).bound() == pytest.approx(3.3)
+    assert RetryPolicy(URL, attempt_timeout=1.0, retries=0).bound() == pytest.approx(1.0)
+    assert RetryPolicy(URL, attempt_timeout=1.0, retries=2).bound() == pytest.approx(3.3)
 
 
-def _fast(retries: int, attempt_timeout: float = 5.0) -> CallPolicy:
-    return CallPolicy(
+def _fast(retries: int, attempt_timeout: float = 5.0) -> RetryPolicy:
+    return RetryPolicy(
         URL, attempt_timeout=attempt_timeout, retries=retries, backoff_base=0.001, backoff_cap=0.002
     )
 
@@ -116,7 +122,7 @@ async def test_a_call_is_attempted_retries_plus_one_times(retries: int) -> None:
         attempts += 1
         raise rexc.ConnectionError("Connection refused")
 
-    with pytest.raises(StoreUnavailable) as caught:
+    with pytest.raises(BackendUnavailable) as caught:
         await _fast(retries).run(unreachable)
     assert attempts == retries + 1
     assert isinstance(caught.value.__cause__, rexc.ConnectionError)
@@ -144,7 +150,7 @@ async def test_errors_a_retry_cannot_fix_are_raised_at_once() -> None:
         attempts += 1
         raise rexc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
 
-    with pytest.raises(StoreError):
+    with pytest.raises(BackendError):
         await _fast(3).run(refused)
     assert attempts == 1
 
@@ -159,7 +165,7 @@ async def test_each_attempt_is_cut_at_the_attempt_timeout() -> None:
 
     started = time.monotonic()
     policy = _fast(1, attempt_timeout=0.05)
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(BackendUnavailable):
         await policy.run(stalled)
     assert attempts == 2
     assert time.monotonic() - started < policy.bound() + 1.0

@@ -1,7 +1,7 @@
 """Key layout details the mutation run found unpinned (see docs/mutation-testing.md).
 
 Through ``KeyLayout`` (exported) and the documented functions of
-``redismem.keys`` only.
+``redismem.core.keys`` only.
 """
 
 from __future__ import annotations

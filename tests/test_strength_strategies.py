@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from redismem import Hybrid, InvalidInput, SlidingWindow, TokenBudget, Turns
+from redismem import Hybrid, InvalidInput, LastMessages, TokenBudget, Turns
 
 # Each strategy with valid required arguments, and the options it takes.
 STRATEGIES: dict[str, tuple[type[Any], tuple[Any, ...], dict[str, str]]] = {
-    "SlidingWindow": (
-        SlidingWindow,
+    "LastMessages": (
+        LastMessages,
         (5,),
         {"max_messages": "positive", "preserve_recent": "non_negative", "count_system": "bool"},
     ),

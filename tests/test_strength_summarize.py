@@ -1,6 +1,6 @@
 """Summarization pass details the mutation run found unpinned (see
 docs/mutation-testing.md). Through ``summarize_pass`` and ``settle_pending``,
-the documented functions of ``redismem.summarize``."""
+the documented functions of ``redismem.summarization.job``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 
-from redismem import Memory, Message, SummarizerError, recall
-from redismem.summarize import MAX_SUMMARY_CHARS, SummarizeOutcome, settle_pending, summarize_pass
+from redismem import Memory, Message, SummarizerError
+from redismem.recall import index as recall
+from redismem.summarization.job import (
+    MAX_SUMMARY_CHARS,
+    SummarizeOutcome,
+    settle_pending,
+    summarize_pass,
+)
 
 SID = "s"
 

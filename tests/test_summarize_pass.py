@@ -14,10 +14,10 @@ from worker_support import assert_invariant, dialogue, session_state
 
 from redismem import Memory, Message
 from redismem.client import SUMMARY_LABEL
+from redismem.context.quoting import MEMORY_DATA_HEADER, unfence
 from redismem.errors import SummarizerError
-from redismem.fencing import MEMORY_DATA_HEADER, unfence
-from redismem.summarize import MAX_SUMMARY_CHARS, split_at_tool_boundary, summarize_pass
-from redismem.summarizers import KeyPointsSummarizer, TruncationSummarizer
+from redismem.summarization.job import MAX_SUMMARY_CHARS, split_at_tool_boundary, summarize_pass
+from redismem.summarization.summarizers import KeyPointsSummarizer, TruncationSummarizer
 
 pytestmark = pytest.mark.every_server
 

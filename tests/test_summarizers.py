@@ -14,7 +14,7 @@ from worker_support import FakeChatServer, RecordedRequest, Reply
 
 from redismem.errors import InvalidInput, SummarizerError
 from redismem.models import Message
-from redismem.summarizers import (
+from redismem.summarization.summarizers import (
     KeyPointsSummarizer,
     LLMSummarizer,
     Summarizer,

@@ -8,10 +8,8 @@ import types
 
 import pytest
 
-from redismem import tokens
-from redismem.errors import InvalidInput
-from redismem.models import Message, ToolCall
-from redismem.tokens import (
+from redismem.context import tokens
+from redismem.context.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     Tokenizer,
     default_tokenizer,
@@ -21,6 +19,8 @@ from redismem.tokens import (
     tiktoken_tokenizer,
     trim_to_token_budget,
 )
+from redismem.errors import InvalidInput
+from redismem.models import Message, ToolCall
 
 
 @pytest.fixture(autouse=True)
@@ -135,12 +135,12 @@ def test_tiktoken_missing_falls_back_and_logs_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     hide_tiktoken(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="redismem.tokens"):
+    with caplog.at_level(logging.INFO, logger="redismem.context.tokens"):
         assert tiktoken_tokenizer() is None
         assert tiktoken_tokenizer() is None
         assert tiktoken_tokenizer("o200k_base") is None
         assert default_tokenizer() is estimate_tokens
-    fallbacks = [r for r in caplog.records if r.name == "redismem.tokens"]
+    fallbacks = [r for r in caplog.records if r.name == "redismem.context.tokens"]
     assert len(fallbacks) == 1
     assert fallbacks[0].levelno == logging.INFO
     assert "estimate" in fallbacks[0].getMessage()
@@ -150,7 +150,7 @@ def test_tiktoken_that_cannot_load_its_encoding_falls_back(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     requested = install_fake_tiktoken(monkeypatch, loads=False)
-    with caplog.at_level(logging.INFO, logger="redismem.tokens"):
+    with caplog.at_level(logging.INFO, logger="redismem.context.tokens"):
         assert tiktoken_tokenizer() is None
         assert tiktoken_tokenizer() is None
     assert requested == ["cl100k_base"]  # a failed load is not retried

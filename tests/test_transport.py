@@ -1,4 +1,4 @@
-"""The hot path's multiplexed connection (``redismem.transport``), on real Redis.
+"""The hot path's multiplexed connection (``redismem.core.transport``), on real Redis.
 
 What the session scripts rely on: replies matched to their calls in order
 however many tasks share the connection, even after a call gave up half way;
@@ -19,19 +19,24 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from redismem import Memory, StoreUnavailable
-from redismem.connection import open_redis
-from redismem.transport import ClusterLinks, Link, open_link, pack_command
+from redismem import BackendUnavailable, Memory
+from redismem.core.connection import open_redis
+from redismem.core.transport import (
+    MultiplexedCluster,
+    MultiplexedConnection,
+    open_multiplexed,
+    pack_command,
+)
 
 SCRIPT = "return {KEYS[1], ARGV[1]}"
 SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 
 
 @pytest_asyncio.fixture
-async def link(redis_url: str) -> AsyncIterator[Link]:
+async def link(redis_url: str) -> AsyncIterator[MultiplexedConnection]:
     client = open_redis(redis_url)
-    opened = open_link(redis_url, client, connect_timeout=2.0)
-    assert isinstance(opened, Link)
+    opened = open_multiplexed(redis_url, client, connect_timeout=2.0)
+    assert isinstance(opened, MultiplexedConnection)
     yield opened
     await opened.aclose()
     await client.aclose()
@@ -49,7 +54,7 @@ async def _link_client_ids(admin: aioredis.Redis, name: str) -> list[int]:
     return [int(c["id"]) for c in clients if c.get("name") == name]
 
 
-async def _name(link: Link) -> str:
+async def _name(link: MultiplexedConnection) -> str:
     name = f"link-{uuid.uuid4().hex[:8]}"
     assert await link.execute("CLIENT", "SETNAME", name) == b"OK"
     return name
@@ -64,7 +69,7 @@ def test_commands_are_packed_as_resp_bulk_strings() -> None:
             pack_command(("SET", "k", bad))
 
 
-async def test_replies_match_their_calls_across_many_tasks(link: Link) -> None:
+async def test_replies_match_their_calls_across_many_tasks(link: MultiplexedConnection) -> None:
     key = f"transport:{uuid.uuid4().hex}"
 
     async def task(n: int) -> None:
@@ -80,7 +85,7 @@ async def test_replies_match_their_calls_across_many_tasks(link: Link) -> None:
 
 
 async def test_error_replies_raise_redis_py_errors_and_the_link_stays_usable(
-    link: Link,
+    link: MultiplexedConnection,
 ) -> None:
     key = f"transport:{uuid.uuid4().hex}"
     await link.execute("SET", key, "text")
@@ -94,13 +99,15 @@ async def test_error_replies_raise_redis_py_errors_and_the_link_stays_usable(
     await link.execute("DEL", key)
 
 
-async def test_evalsha_loads_a_script_the_server_lost(link: Link) -> None:
+async def test_evalsha_loads_a_script_the_server_lost(link: MultiplexedConnection) -> None:
     await link.execute("SCRIPT", "FLUSH")
     assert await link.evalsha(SHA, SCRIPT, ["k"], ["v"]) == [b"k", b"v"]
     assert await link.execute("SCRIPT", "EXISTS", SHA) == [1]
 
 
-async def test_transaction_returns_exec_replies_and_raises_the_first_error(link: Link) -> None:
+async def test_transaction_returns_exec_replies_and_raises_the_first_error(
+    link: MultiplexedConnection,
+) -> None:
     key = f"transport:{uuid.uuid4().hex}"
     replies = await link.transaction([("RPUSH", key, "a", "b"), ("LRANGE", key, 0, -1)])
     assert replies == [2, [b"a", b"b"]]
@@ -118,7 +125,9 @@ async def test_transaction_returns_exec_replies_and_raises_the_first_error(link:
     await link.execute("DEL", key)
 
 
-async def test_a_call_that_gives_up_never_receives_another_calls_reply(link: Link) -> None:
+async def test_a_call_that_gives_up_never_receives_another_calls_reply(
+    link: MultiplexedConnection,
+) -> None:
     """A call cancelled with its reply outstanding (its time ran out) drops the
     connection: the late reply can never be matched to a later call."""
     empty = f"transport:{uuid.uuid4().hex}"
@@ -134,7 +143,7 @@ async def test_a_call_that_gives_up_never_receives_another_calls_reply(link: Lin
 
 
 async def test_calls_waiting_on_a_killed_connection_fail_and_the_next_call_reconnects(
-    link: Link, admin: aioredis.Redis
+    link: MultiplexedConnection, admin: aioredis.Redis
 ) -> None:
     name = await _name(link)
     empty = f"transport:{uuid.uuid4().hex}"
@@ -153,14 +162,14 @@ async def test_connecting_to_nothing_is_a_connection_error(redis_server_factory)
     server = redis_server_factory()
     port = server.port
     server.kill()
-    link = Link(port=port, connect_timeout=1.0)
+    link = MultiplexedConnection(port=port, connect_timeout=1.0)
     with pytest.raises(rexc.ConnectionError, match=f"127.0.0.1:{port}"):
         await link.execute("PING")
     await link.aclose()
 
 
 async def test_concurrent_first_calls_share_one_connection(
-    link: Link, admin: aioredis.Redis
+    link: MultiplexedConnection, admin: aioredis.Redis
 ) -> None:
     before = len(await admin.client_list())
     results = await asyncio.gather(*(link.execute("PING") for _ in range(32)))
@@ -168,7 +177,7 @@ async def test_concurrent_first_calls_share_one_connection(
     assert len(await admin.client_list()) == before + 1
 
 
-async def test_closed_link_refuses_calls(link: Link) -> None:
+async def test_closed_link_refuses_calls(link: MultiplexedConnection) -> None:
     assert await link.execute("PING") == b"PONG"
     await link.aclose()
     with pytest.raises(rexc.ConnectionError, match="closed"):
@@ -176,13 +185,13 @@ async def test_closed_link_refuses_calls(link: Link) -> None:
 
 
 def test_tls_and_the_embedded_backend_keep_redis_py_alone() -> None:
-    def link_of(url: str) -> Link | ClusterLinks | None:
-        return open_link(url, open_redis(url), connect_timeout=1)
+    def link_of(url: str) -> MultiplexedConnection | MultiplexedCluster | None:
+        return open_multiplexed(url, open_redis(url), connect_timeout=1)
 
-    assert isinstance(link_of("redis://127.0.0.1:1/0"), Link)
-    assert isinstance(link_of("unix:///tmp/none.sock"), Link)
-    assert isinstance(link_of("redis+cluster://127.0.0.1:1"), ClusterLinks)
-    assert isinstance(link_of("redis+sentinel://127.0.0.1:1/m"), Link)
+    assert isinstance(link_of("redis://127.0.0.1:1/0"), MultiplexedConnection)
+    assert isinstance(link_of("unix:///tmp/none.sock"), MultiplexedConnection)
+    assert isinstance(link_of("redis+cluster://127.0.0.1:1"), MultiplexedCluster)
+    assert isinstance(link_of("redis+sentinel://127.0.0.1:1/m"), MultiplexedConnection)
     assert link_of("rediss://127.0.0.1:1/0") is None
     assert link_of("memory://transport-test") is None
 
@@ -211,7 +220,7 @@ async def test_memory_keeps_its_guarantees_when_its_hot_path_connection_is_kille
 
         try:
             await asyncio.gather(*(writer(n) for n in range(8)), killer())
-        except StoreUnavailable:  # pragma: no cover - retries should absorb 5 kills
+        except BackendUnavailable:  # pragma: no cover - retries should absorb 5 kills
             pytest.fail("a killed connection surfaced instead of being retried")
         assert killed >= 3
         for n in range(8):
@@ -223,7 +232,7 @@ async def test_memory_keeps_its_guarantees_when_its_hot_path_connection_is_kille
 
 
 async def test_a_call_past_its_deadline_fails_every_waiting_call_and_the_link_recovers(
-    link: Link,
+    link: MultiplexedConnection,
 ) -> None:
     """One timer per connection bounds every call: a reply later than its
     deadline drops the connection (the server may be stalled), failing the
@@ -289,8 +298,8 @@ async def test_evalsha_now_sends_at_once_and_falls_back_when_not_connected(
     nothing and returns None. The awaited reply is ``evalsha``'s: a lost
     script is loaded again, a ``WAIT`` short of replicas raises."""
     client = open_redis(redis_url)
-    fresh = open_link(redis_url, client, connect_timeout=2.0)
-    assert isinstance(fresh, Link)
+    fresh = open_multiplexed(redis_url, client, connect_timeout=2.0)
+    assert isinstance(fresh, MultiplexedConnection)
     try:
         assert fresh.evalsha_now(SHA, SCRIPT, ["k"], ["a"]) is None
         assert await fresh.evalsha(SHA, SCRIPT, ["k"], ["a"]) == [b"k", b"a"]
@@ -323,7 +332,7 @@ async def test_trouble_sending_early_is_left_to_the_call_policy(
         def broken(*args: object, **kwargs: object) -> None:
             raise rexc.ConnectionError("the socket broke while sending")
 
-        monkeypatch.setattr(Link, "evalsha_now", broken)
+        monkeypatch.setattr(MultiplexedConnection, "evalsha_now", broken)
         await memory.write([{"role": "user", "content": "after"}], session_id="s")
         assert [m.content for m in await memory.read(session_id="s")] == ["warm", "after"]
     finally:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import redis.exceptions as rexc
 
-from redismem import InvalidInput, Memory, StoreError, StoreUnavailable
+from redismem import BackendError, BackendUnavailable, InvalidInput, Memory
 from redismem.config import WorkerConfig, check_queue_url, check_url
-from redismem.connection import map_error
-from redismem.urls import describe_url, parse_url
+from redismem.core.connection import map_error
+from redismem.core.urls import describe_url, parse_url
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ async def test_a_client_on_a_cluster_needs_a_queue_url_unless_nothing_is_queued(
     with pytest.raises(InvalidInput, match="queue_url"):
         await Memory.connect("redis://127.0.0.1:1?cluster=1", keep_recent=5)
     # Nothing queued: the URL is accepted (and the unreachable cluster reported).
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(BackendUnavailable):
         await Memory.connect(
             "redis+cluster://127.0.0.1:1", index=False, retries=0, connect_timeout=0.5
         )
@@ -127,14 +127,14 @@ def test_cluster_and_sentinel_errors_map_into_the_tree() -> None:
         rexc.ResponseError("CLUSTERDOWN Hash slot not served"),
     ]
     for error in transient:
-        assert isinstance(map_error(error, url), StoreUnavailable), error
+        assert isinstance(map_error(error, url), BackendUnavailable), error
     not_a_cluster = map_error(rexc.RedisClusterException("Cluster mode is not enabled"), url)
-    assert isinstance(not_a_cluster, StoreError)
-    assert not isinstance(not_a_cluster, StoreUnavailable)
+    assert isinstance(not_a_cluster, BackendError)
+    assert not isinstance(not_a_cluster, BackendUnavailable)
     from redis.asyncio.sentinel import MasterNotFoundError
 
     assert isinstance(
-        map_error(MasterNotFoundError("No master found for 'm'"), url), StoreUnavailable
+        map_error(MasterNotFoundError("No master found for 'm'"), url), BackendUnavailable
     )
 
 

@@ -1,4 +1,4 @@
-"""``redismem.waiter.Waiter``: a future that resumes its task at once when
+"""``redismem.core.replies.ReplyFuture``: a future that resumes its task at once when
 its result is set outside any task, and otherwise behaves as
 ``asyncio.Future`` does for the tasks awaiting it."""
 
@@ -9,14 +9,14 @@ import contextvars
 
 import pytest
 
-from redismem.waiter import Waiter
+from redismem.core.replies import ReplyFuture
 
 LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("label", default="none")
 
 
 async def test_a_result_set_outside_any_task_resumes_the_task_before_returning() -> None:
     loop = asyncio.get_running_loop()
-    waiter = Waiter(loop)
+    waiter = ReplyFuture(loop)
     seen: list[object] = []
 
     async def wait() -> None:
@@ -38,7 +38,7 @@ async def test_a_result_set_outside_any_task_resumes_the_task_before_returning()
 
 
 async def test_a_result_set_from_inside_a_task_resumes_the_other_on_the_next_iteration() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = ReplyFuture(asyncio.get_running_loop())
 
     async def wait() -> object:
         return await waiter
@@ -52,7 +52,7 @@ async def test_a_result_set_from_inside_a_task_resumes_the_other_on_the_next_ite
 
 async def test_the_task_resumes_in_its_own_context() -> None:
     loop = asyncio.get_running_loop()
-    waiter = Waiter(loop)
+    waiter = ReplyFuture(loop)
 
     async def wait() -> str:
         LABEL.set("task")
@@ -68,7 +68,7 @@ async def test_the_task_resumes_in_its_own_context() -> None:
 
 async def test_an_error_reaches_the_awaiting_task() -> None:
     loop = asyncio.get_running_loop()
-    waiter = Waiter(loop)
+    waiter = ReplyFuture(loop)
 
     async def wait() -> object:
         return await waiter
@@ -84,7 +84,7 @@ async def test_an_error_reaches_the_awaiting_task() -> None:
 
 
 async def test_cancelling_the_task_cancels_the_waiter_and_a_late_result_is_refused() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = ReplyFuture(asyncio.get_running_loop())
 
     async def wait() -> object:
         return await waiter
@@ -105,23 +105,23 @@ async def test_cancelling_the_task_cancels_the_waiter_and_a_late_result_is_refus
 
 
 async def test_timeouts_work_around_it() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = ReplyFuture(asyncio.get_running_loop())
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.01):
             await waiter
     assert waiter.cancelled()
-    other = Waiter(asyncio.get_running_loop())
+    other = ReplyFuture(asyncio.get_running_loop())
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(_await(other), 0.01)
 
 
-async def _await(waiter: Waiter) -> object:
+async def _await(waiter: ReplyFuture) -> object:
     return await waiter
 
 
 async def test_a_done_waiter_is_awaited_without_suspending_and_calls_back_later() -> None:
     loop = asyncio.get_running_loop()
-    waiter = Waiter(loop)
+    waiter = ReplyFuture(loop)
     assert not waiter.done()
     with pytest.raises(asyncio.InvalidStateError):
         waiter.result()
@@ -130,7 +130,7 @@ async def test_a_done_waiter_is_awaited_without_suspending_and_calls_back_later(
     waiter.set_result("ready")
     assert await waiter == "ready"
     assert waiter.exception() is None
-    called: list[Waiter] = []
+    called: list[ReplyFuture] = []
     waiter.add_done_callback(called.append)
     assert called == []
     await asyncio.sleep(0)
@@ -138,8 +138,8 @@ async def test_a_done_waiter_is_awaited_without_suspending_and_calls_back_later(
 
 
 async def test_callbacks_can_be_removed() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
-    called: list[Waiter] = []
+    waiter = ReplyFuture(asyncio.get_running_loop())
+    called: list[ReplyFuture] = []
     waiter.add_done_callback(called.append)
     waiter.add_done_callback(called.append)
     assert waiter.remove_done_callback(called.append) == 2
@@ -150,7 +150,7 @@ async def test_callbacks_can_be_removed() -> None:
 
 
 async def test_asyncio_treats_it_as_a_future() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = ReplyFuture(asyncio.get_running_loop())
     assert asyncio.isfuture(waiter)
     assert waiter.get_loop() is asyncio.get_running_loop()
     gathered = asyncio.gather(_await(waiter))
@@ -160,8 +160,8 @@ async def test_asyncio_treats_it_as_a_future() -> None:
 
 async def test_a_callback_without_a_context_runs_inside_set_result() -> None:
     loop = asyncio.get_running_loop()
-    waiter = Waiter(loop)
-    called: list[Waiter] = []
+    waiter = ReplyFuture(loop)
+    called: list[ReplyFuture] = []
     waiter.add_done_callback(called.append)
 
     def from_the_loop() -> None:
@@ -174,9 +174,9 @@ async def test_a_callback_without_a_context_runs_inside_set_result() -> None:
 
 
 async def test_removing_one_callback_keeps_the_others() -> None:
-    waiter = Waiter(asyncio.get_running_loop())
-    kept: list[Waiter] = []
-    dropped: list[Waiter] = []
+    waiter = ReplyFuture(asyncio.get_running_loop())
+    kept: list[ReplyFuture] = []
+    dropped: list[ReplyFuture] = []
     waiter.add_done_callback(dropped.append)
     waiter.add_done_callback(kept.append)
     waiter.add_done_callback(dropped.append)
@@ -188,7 +188,7 @@ async def test_removing_one_callback_keeps_the_others() -> None:
 
 async def test_set_twice_and_cancel_answer_as_a_future_does() -> None:
     loop = asyncio.get_running_loop()
-    failed = Waiter(loop)
+    failed = ReplyFuture(loop)
     failed.set_exception(ValueError("first"))
     with pytest.raises(asyncio.InvalidStateError):
         failed.set_exception(ValueError("second"))
@@ -198,13 +198,13 @@ async def test_set_twice_and_cancel_answer_as_a_future_does() -> None:
     with pytest.raises(ValueError, match="first"):
         failed.result()
 
-    pending = Waiter(loop)
+    pending = ReplyFuture(loop)
     assert pending.cancel("because") is True
     assert pending.cancel() is False
     with pytest.raises(asyncio.CancelledError) as raised:
         pending.result()
     assert raised.value.args == ("because",)
-    plain = Waiter(loop)
+    plain = ReplyFuture(loop)
     assert plain.cancel() is True
     with pytest.raises(asyncio.CancelledError) as raised:
         plain.result()
@@ -216,7 +216,7 @@ def test_awaiting_it_outside_a_task_is_refused() -> None:
     pending says so, as ``asyncio.Future`` does."""
     loop = asyncio.new_event_loop()
     try:
-        waiter = Waiter(loop)
+        waiter = ReplyFuture(loop)
         steps = waiter.__await__()
         assert next(steps) is waiter
         with pytest.raises(RuntimeError, match="await wasn't used with future"):

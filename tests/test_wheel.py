@@ -62,7 +62,7 @@ def test_the_wheel_holds_only_redismem(wheel: zipfile.ZipFile) -> None:
 def test_the_wheel_holds_the_package_data_and_the_workers(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     assert "redismem/py.typed" in names
-    scripts = {Path(n).name for n in names if n.startswith("redismem/scripts/")}
+    scripts = {Path(n).name for n in names if n.startswith("redismem/lua/")}
     shipped = {p.name for p in (ROOT / "redismem" / "scripts").glob("*.lua")}
     assert shipped and scripts == shipped
     for module in ("__init__", "settings", "jobs", "health", "run", "inprocess"):

@@ -33,8 +33,8 @@ from worker_support import (
 )
 
 from redismem import Memory, Message
-from redismem.queue import QueueStats, SummaryQueue
-from redismem.summarizers import TruncationSummarizer
+from redismem.core.queue import QueueStats, SummaryQueue
+from redismem.summarization.summarizers import TruncationSummarizer
 from redismem.workers.inprocess import InProcessWorker
 from redismem.workers.jobs import MAX_TRIES
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from redismem import Memory
-from redismem.codec import decode_summary
+from redismem.core.codec import decode_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,12 +17,12 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..config import MAX_TTL
-from ..errors import InvalidInput
-from ..models import Message
+from redismem.config import MAX_TTL
+from redismem.errors import InvalidInput
+from redismem.models import Message
 
 if TYPE_CHECKING:
-    from ..client import Memory
+    from redismem.client import Memory
 
 __all__ = ["read", "ttl_ms", "write"]
 

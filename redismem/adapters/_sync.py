@@ -35,11 +35,11 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..connection import open_redis
-from ..errors import ClientClosed
+from redismem.core.connection import open_redis
+from redismem.errors import ClientClosed
 
 if TYPE_CHECKING:
-    from ..client import Memory
+    from redismem.client import Memory
 
 __all__ = ["aclose_twin", "close_twin", "run_sync"]
 

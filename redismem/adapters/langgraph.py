@@ -79,13 +79,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ..checks import check_memory
-from ..connection import scan_once
-from ..errors import CorruptData, InvalidInput, MissingDependency
-from ..keys import GraphThreadKeys, escape_id, unescape_id
-from ..scripts import script_source
-from ._retention import ttl_ms
-from ._sync import aclose_twin, close_twin, run_sync
+from redismem.adapters._retention import ttl_ms
+from redismem.adapters._sync import aclose_twin, close_twin, run_sync
+from redismem.checks import check_memory
+from redismem.core.connection import scan_once
+from redismem.core.keys import GraphThreadKeys, escape_id, unescape_id
+from redismem.core.scripts import script_source
+from redismem.errors import CorruptData, InvalidInput, MissingDependency
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -105,7 +105,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langgraph-checkpoint", "langgraph") from exc
 
 if TYPE_CHECKING:
-    from ..client import Memory
+    from redismem.client import Memory
 
 __all__ = ["RedisMemSaver"]
 

@@ -1,7 +1,7 @@
 """LangGraph long-term store on plain Redis (``redismem[langgraph]``).
 
 ``RedisMemStore(memory, index=None, ttl=None)`` is a
-``langgraph.store.base.BaseStore`` over ``memory.store`` (``redismem.store``):
+``langgraph.store.base.BaseStore`` over ``memory.store`` (``redismem.longterm.store``):
 pass it as the ``store`` of ``StateGraph.compile`` (nodes reach it with
 ``get_store()`` or a ``store`` argument). Like the store below it, it needs no
 Redis module: Redis 7, Valkey and the embedded ``memory://`` backend.
@@ -67,7 +67,7 @@ Mapping.
   ``index`` list; ``index=False`` stores no vector. Paths follow LangGraph's
   syntax (``get_text_at_path``: ``a.b``, ``a[0]``, ``a[-1]``, ``a[*].b``);
   a path matching several texts gives several vectors. The vectors, int8
-  quantized (``redismem.embeddings.quantize``), are stored *inside the item's
+  quantized (``redismem.recall.embeddings.quantize``), are stored *inside the item's
   value* under the reserved key ``"\\x00vectors"`` (a list of int lists;
   integers, so the keyword index never sees them), which the adapter strips
   on every read: a put replaces them and a delete or expiry removes them with
@@ -118,11 +118,11 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ..checks import MAX_INT, check_int, check_memory
-from ..embeddings import Embedder, cosine, quantize
-from ..errors import InvalidInput, MissingDependency
-from ..validation import INT_MAX, INT_MIN, check_json_value
-from ._sync import aclose_twin, close_twin, run_sync
+from redismem.adapters._sync import aclose_twin, close_twin, run_sync
+from redismem.checks import MAX_INT, check_int, check_memory
+from redismem.errors import InvalidInput, MissingDependency
+from redismem.recall.embeddings import Embedder, cosine, quantize
+from redismem.validation import INT_MAX, INT_MIN, check_json_value
 
 try:
     from langchain_core.embeddings import Embeddings
@@ -149,8 +149,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langgraph-checkpoint", "langgraph") from exc
 
 if TYPE_CHECKING:
-    from ..client import Memory
-    from ..store import Item as StoredItem
+    from redismem.client import Memory
+    from redismem.longterm.store import Item as StoredItem
 
 __all__ = ["MAX_VECTOR_CANDIDATES", "VECTORS_KEY", "RedisMemStore"]
 

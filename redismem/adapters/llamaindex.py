@@ -80,14 +80,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..checks import check_memory
-from ..errors import InvalidInput, MissingDependency
-from ..models import Message, ToolCall
-from . import _retention
-from ._sync import aclose_twin, close_twin, run_sync
+from redismem.adapters import _retention
+from redismem.adapters._sync import aclose_twin, close_twin, run_sync
+from redismem.checks import check_memory
+from redismem.errors import InvalidInput, MissingDependency
+from redismem.models import Message, ToolCall
 
 if TYPE_CHECKING:
-    from ..client import Memory
+    from redismem.client import Memory
 
 try:
     from llama_index.core.base.llms import types as _types

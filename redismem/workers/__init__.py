@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from redismem.config import WorkerConfig
-
-from .settings import settings_class, worker_settings
+from redismem.workers.settings import settings_class, worker_settings
 
 __all__ = ["WorkerConfig", "WorkerSettings", "settings_class", "worker_settings"]
 

@@ -34,10 +34,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from redismem.config import check_queue_url
-from redismem.connection import open_redis, redis_errors, tls_failure
-from redismem.errors import StoreUnavailable
-from redismem.queue import pack_job, unpack_job
-from redismem.urls import parse_url
+from redismem.core.connection import open_redis, redis_errors, tls_failure
+from redismem.core.queue import pack_job, unpack_job
+from redismem.core.urls import parse_url
+from redismem.errors import BackendUnavailable
 
 __all__ = ["OUTAGE_S", "OutageRetry", "queue_pool", "redis_settings", "wait_for_redis"]
 
@@ -203,8 +203,8 @@ async def _ignore(error: BaseException) -> None:
 
 
 async def wait_for_redis(url: str, seconds: float) -> None:
-    """Return once Redis at ``url`` answers PING. ``StoreUnavailable`` after
-    ``seconds`` of trying; ``StoreError`` at once for refused credentials,
+    """Return once Redis at ``url`` answers PING. ``BackendUnavailable`` after
+    ``seconds`` of trying; ``BackendError`` at once for refused credentials,
     ``ConfigurationError`` for a TLS certificate that fails verification."""
     deadline = time.monotonic() + seconds
     warned = False
@@ -214,9 +214,9 @@ async def wait_for_redis(url: str, seconds: float) -> None:
             with redis_errors(url):
                 await client.ping()
             return
-        except StoreUnavailable as exc:
+        except BackendUnavailable as exc:
             if time.monotonic() + 1.0 > deadline:
-                raise StoreUnavailable(f"{exc} (waited {seconds:g} s)") from exc
+                raise BackendUnavailable(f"{exc} (waited {seconds:g} s)") from exc
             if not warned:
                 logger.warning("%s; waiting up to %g s", exc, seconds)
                 warned = True

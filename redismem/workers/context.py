@@ -21,10 +21,9 @@ from typing import Any
 
 from redismem.client import Memory
 from redismem.config import WorkerConfig
-from redismem.keys import KeyLayout
-from redismem.queue import QueueStats, SummaryQueue
-
-from . import health
+from redismem.core.keys import KeyLayout
+from redismem.core.queue import QueueStats, SummaryQueue
+from redismem.workers import health
 
 __all__ = ["config_of", "memory_for", "queue_of", "resources", "shutdown", "startup", "stats_for"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis.exceptions as rexc
 
-from redismem.connection import open_redis, redis_errors
+from redismem.core.connection import open_redis, redis_errors
 
 __all__ = [
     "FORGET_S",

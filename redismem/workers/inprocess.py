@@ -20,9 +20,8 @@ import arq.worker
 from arq.connections import log_redis_info
 
 from redismem.config import EMBEDDED_URL, WorkerConfig
-from redismem.queue import arq_pool
-
-from .settings import worker_settings
+from redismem.core.queue import arq_pool
+from redismem.workers.settings import worker_settings
 
 __all__ = ["InProcessWorker"]
 

@@ -12,13 +12,13 @@ meta, from which a job without it (the sweep's, or an older client's) reads it.
 How a summarization job ends when it fails (every Redis call goes through the
 ``Memory``'s call policy, so redis-py errors arrive mapped into redismem's tree):
 
-* ``SummarizerError`` or ``StoreUnavailable`` (the LLM endpoint or Redis is
+* ``SummarizerError`` or ``BackendUnavailable`` (the LLM endpoint or Redis is
   away; a retry may succeed): retried with backoff (``retry_delay``), at most
   ``MAX_TRIES`` tries in all; then the failure is recorded for ``redismem
   stats``. A summarizer that kept failing also has its pending mark cleared
   (the session's next due write tries again); while Redis is unreachable the
   mark is left, so the reconcile sweep enqueues the session once it is back.
-* Anything else (``CorruptData``, ``InvalidInput``, ``StoreError``, or a bug):
+* Anything else (``CorruptData``, ``InvalidInput``, ``BackendError``, or a bug):
   a retry cannot help, so the failure is recorded at once (its text names the
   type and, for corrupt data, the key) and the pending mark is cleared. The
   sweep only enqueues marked sessions, so a poisoned session is not retried
@@ -40,24 +40,23 @@ from arq import Retry
 
 from redismem.client import Memory
 from redismem.config import WorkerConfig
-from redismem.connection import scan_once
+from redismem.core.connection import scan_once
+from redismem.core.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
+from redismem.core.keys import KeyLayout, validate_id
+from redismem.core.queue import SummarizeArgs
 from redismem.errors import (
+    BackendUnavailable,
     CorruptData,
     EmbedderError,
     ExtractorError,
     InvalidInput,
     RedisMemError,
-    StoreUnavailable,
     SummarizerError,
 )
-from redismem.extract import ExtractOutcome, extract_pass
-from redismem.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
-from redismem.keys import KeyLayout, validate_id
-from redismem.queue import SummarizeArgs
-from redismem.recall import IndexOutcome, forget_graves, index_pass
-from redismem.summarize import SummarizeOutcome, settle_pending, summarize_pass
-
-from .context import config_of, memory_for, queue_of, stats_for
+from redismem.longterm.extraction.job import ExtractOutcome, extract_pass
+from redismem.recall.index import IndexOutcome, forget_graves, index_pass
+from redismem.summarization.job import SummarizeOutcome, settle_pending, summarize_pass
+from redismem.workers.context import config_of, memory_for, queue_of, stats_for
 
 __all__ = [
     "MAX_TRIES",
@@ -75,7 +74,7 @@ MAX_TRIES = 4
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
 #: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
-TRANSIENT_ERRORS = (SummarizerError, EmbedderError, ExtractorError, StoreUnavailable)
+TRANSIENT_ERRORS = (SummarizerError, EmbedderError, ExtractorError, BackendUnavailable)
 
 
 def retry_delay(tries: int) -> float:
@@ -150,7 +149,7 @@ async def summarize_session(
         logger.error("summarizing %r failed after %d tries: %s", session_id, tries, exc)
         # Redis unreachable: keep the mark, for the sweep to enqueue the
         # session once Redis is back.
-        clear = not isinstance(exc, StoreUnavailable)
+        clear = not isinstance(exc, BackendUnavailable)
         return await _give_up(ctx, progress, namespace, user_id, session_id, exc, tries, clear)
     except Exception as exc:
         # Corrupt data, invalid input, an error reply, a bug: a retry meets it again.
@@ -381,7 +380,7 @@ async def _give_up(
 async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     """Enqueue sessions marked pending whose job never arrived (a client that
     died between its write and its enqueue), and finish clears whose caller
-    died halfway (``redismem.guard.unfinished_clear``). Each run examines a
+    died halfway (``redismem.core.guard.unfinished_clear``). Each run examines a
     bounded slice of the keyspace, resuming the SCAN cursors where the last
     run ended."""
     enqueued = finished = 0

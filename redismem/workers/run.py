@@ -16,9 +16,8 @@ import redis.exceptions as rexc
 from arq.worker import Worker, create_worker
 
 from redismem.config import WorkerConfig, check_url
-
-from .connections import OUTAGE_S, queue_pool, wait_for_redis
-from .settings import worker_settings
+from redismem.workers.connections import OUTAGE_S, queue_pool, wait_for_redis
+from redismem.workers.settings import worker_settings
 
 __all__ = ["CLOSE_TIMEOUT_S", "serve"]
 

@@ -17,12 +17,11 @@ from typing import Any
 from arq import cron, func
 
 from redismem.config import WorkerConfig, check_url
-from redismem.queue import RECONCILE_JOB, SUMMARIZE_JOB, pack_job, unpack_job
-
-from .connections import queue_pool, redis_settings
-from .context import shutdown, startup
-from .health import HEALTH_INTERVAL_S, health_key
-from .jobs import reconcile_pending, summarize_session
+from redismem.core.queue import RECONCILE_JOB, SUMMARIZE_JOB, pack_job, unpack_job
+from redismem.workers.connections import queue_pool, redis_settings
+from redismem.workers.context import shutdown, startup
+from redismem.workers.health import HEALTH_INTERVAL_S, health_key
+from redismem.workers.jobs import reconcile_pending, summarize_session
 
 __all__ = ["MAX_JOBS", "settings_class", "worker_settings"]
 

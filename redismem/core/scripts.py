@@ -1,0 +1,691 @@
+"""The session scripts, and their one owner: ``SessionScripts``.
+
+Each Lua file in ``redismem/lua/`` opens with its ``KEYS[]``/``ARGV[]`` contract.
+Scripts that work on a session are prefixed with ``_common.lua``. They are
+registered with ``register_script`` so a server that lost its script cache
+(restart, failover, ``SCRIPT FLUSH``) gets them reloaded on ``NOSCRIPT``
+transparently.
+
+``SessionScripts`` has one method per script, taking typed arguments and
+returning a named result; every call goes through the client's
+``RetryPolicy`` (bounded time, retries, errors mapped into redismem's tree).
+The client, the summarization pass and the workers use it; nothing else
+calls a script. Every script is idempotent, so a retried call is harmless:
+writes carry a write id, commits a compare-and-set.
+
+The scripts use only what both real Redis 7 and the embedded backend's Lua
+provide: no ``cmsgpack``, ``struct`` or ``bit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import Any, Protocol
+
+import redis.exceptions as rexc
+
+from redismem.core.connection import RetryPolicy, is_cluster
+from redismem.core.keys import RecallKeys, SessionKeys, UserKeys, session_filter_suffix
+from redismem.core.transport import MultiplexedCluster, MultiplexedConnection
+from redismem.errors import BackendFull
+
+__all__ = [
+    "CommitResult",
+    "ExtractRead",
+    "IndexDoc",
+    "IndexRead",
+    "PrepareResult",
+    "ReadResult",
+    "SessionScripts",
+    "SnapshotResult",
+    "WriteResult",
+    "script_source",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class Scoped(Protocol):
+    """Keys built for one epoch of one user (``SessionKeys``, ``RecallKeys``,
+    ``StoreKeys``)."""
+
+    @property
+    def guard(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+
+_WITH_COMMON = (
+    "write",
+    "read",
+    "touch",
+    "snapshot",
+    "clear",
+    "prepare",
+    "commit",
+    "index_read",
+    "extract_read",
+)
+_PLAIN = ("sessions", "settle", "extract_commit", "extract_clear")
+#: Scripts prefixed with ``_recall.lua`` (the recall index helpers).
+_WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
+#: Scripts prefixed with both (``_common.lua`` first).
+_WITH_BOTH = ("index_commit",)
+#: The long-term store's scripts (``store_*``) are prefixed with ``store_common.lua``.
+_STORE_PREFIX = "store_"
+#: The LangGraph checkpointer's scripts (``lg_*``) are prefixed with ``_langgraph.lua``.
+_LANGGRAPH_PREFIX = "lg_"
+#: Seconds between two log lines about reads that could not slide the TTL.
+_FULL_LOG_EVERY = 60.0
+
+
+#: Scripts that work on no user's keys, or that own the guard itself: not
+#: prefixed with ``_guard.lua``. Every other script is user-scoped.
+_UNGUARDED = ("guard_bump", "guard_settle")
+
+
+def is_user_scoped(name: str) -> bool:
+    """Whether script ``name`` works on a user's keys: it is then prefixed
+    with ``_guard.lua`` and takes the guard and the epoch first (see
+    ``redismem.core.guard``)."""
+    return name not in _UNGUARDED and not name.startswith(_LANGGRAPH_PREFIX)
+
+
+def guarded(scope: Scoped, keys: Sequence[Any], args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The KEYS and ARGV of a user-scoped script: the guard and the epoch of
+    ``scope`` (the keys were built for it) before the script's own."""
+    return [scope.guard, *keys], [scope.epoch, *args]
+
+
+@cache
+def script_source(name: str) -> str:
+    """The source of script ``name``: its file after the preludes it uses
+    (the guard first, for every user-scoped script)."""
+    folder = files("redismem") / "lua"
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    preludes = []
+    if is_user_scoped(name):
+        preludes.append("_guard")
+    if name in _WITH_COMMON or name in _WITH_BOTH:
+        preludes.append("_common")
+    if name in _WITH_RECALL:
+        preludes.append("_recall")
+    if name.startswith(_STORE_PREFIX):
+        preludes.append("store_common")
+    if name.startswith(_LANGGRAPH_PREFIX):
+        preludes.append("_langgraph")
+    texts = [(folder / f"{prelude}.lua").read_text(encoding="utf-8") for prelude in preludes]
+    return "\n".join([*texts, body])
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    first_seq: int
+    created_ms: int
+    stored: int
+    trimmed: int
+    #: When this write made the session newly due for summarization, the
+    #: time it did (the job's episode); else 0.
+    pending_since: int
+    pending: bool
+    #: The write id had been applied already; this call changed nothing.
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    first_seq: int
+    messages: list[bytes]
+    covering: list[bytes]
+    summary: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResult:
+    seq: int
+    length: int
+    entries: list[bytes]
+    messages: list[bytes]
+    accessed_ms: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    """What a summarization pass reads; ``seq`` is 0 when the session is gone."""
+
+    seq: int
+    wm: int
+    length: int
+    summary: bytes | None
+    pending_since: str
+    first_seq: int
+    messages: list[bytes]
+    covering: list[bytes]
+    gen: str
+    #: Seq of the last candidate (``messages`` holds one more, if stored).
+    last_seq: int
+    #: The index watermark; -1 when the session's writes are not indexed.
+    indexed_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    #: "committed", "stale" (another pass committed first) or "gone" (the
+    #: session was cleared or expired, maybe written again, since the pass read it).
+    status: str
+    still_pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRead:
+    """What ``index_read`` found: the messages after the index watermark."""
+
+    seq: int
+    gen: str
+    iwm: int
+    #: The recall ttl of the session's writes in ms (0 = forever); None when
+    #: its writes are not indexed.
+    recall_ttl_ms: int | None
+    #: Seq of ``messages[0]``; 0 when every stored message is indexed.
+    first_seq: int
+    messages: list[bytes]
+    #: Whole entry records covering the messages, newest first.
+    entries: list[bytes]
+    #: The stored messages just before ``first_seq``, oldest first.
+    context: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractRead:
+    """What ``extract_read`` found: the indexed messages after the
+    extraction watermark, and an outbox not applied yet."""
+
+    seq: int
+    gen: str
+    xwm: int
+    #: Seq of ``messages[0]``; 0 when no indexed message waits.
+    first_seq: int
+    messages: list[bytes]
+    #: Whole entry records covering the messages, newest first.
+    entries: list[bytes]
+    outbox: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexDoc:
+    """One message as the index commit stores it."""
+
+    created_ms: int
+    #: ``b"role|name terms|" + payload``.
+    record: bytes
+    filter_suffixes: Sequence[str]
+    postings: Mapping[str, float]
+
+
+async def _loading(
+    run: Callable[[], Awaitable[list[Any]]], load: Callable[[], Awaitable[Any]]
+) -> list[Any]:
+    """``run()``, loading the script with ``load()`` first if the server lost
+    it (a restart or failover empties the script cache)."""
+    try:
+        return await run()
+    except rexc.NoScriptError:
+        await load()
+        return await run()
+
+
+async def _write_result(call: Awaitable[Any]) -> WriteResult:
+    first, created, stored, trimmed, since, pending, duplicate = await call
+    return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SessionScripts:
+    """The session scripts of one Redis client, run under one ``RetryPolicy``."""
+
+    def __init__(
+        self,
+        redis: Any,
+        policy: RetryPolicy,
+        link: MultiplexedConnection | MultiplexedCluster | None = None,
+        *,
+        replica_acks: int = 0,
+        replica_timeout_ms: int = 0,
+    ) -> None:
+        self._redis = redis
+        self._policy = policy
+        self._link = link
+        #: Writes wait for this many replicas (``WAIT``, on the link only).
+        self._replica_acks = replica_acks if link is not None else 0
+        self._replica_timeout_ms = replica_timeout_ms
+        #: redis-py's cluster client refuses MULTI: reads of the tail then use
+        #: the read script (the cluster links run MULTI on the slot's master).
+        self._multi = link is not None or not is_cluster(redis)
+        self._scripts = {
+            name: redis.register_script(script_source(name))
+            for name in _WITH_COMMON + _PLAIN + _WITH_RECALL + _UNGUARDED
+        }
+        self._full_logged_at = 0.0
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self._policy
+
+    def _call(
+        self,
+        name: str,
+        scope: Scoped,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        acked: bool = False,
+    ) -> Awaitable[Any]:
+        """Run the user-scoped script ``name`` on keys built for ``scope``'s
+        epoch, under the policy; ``acked``: a write that must reach the
+        replicas asked for (``replica_acks``). ``EpochMoved`` when the user
+        was cleared since (another epoch)."""
+        keys, args = guarded(scope, keys, args)
+        return self._run(name, keys, args, acked=acked)
+
+    def _run(
+        self, name: str, keys: Sequence[Any], args: Sequence[Any], *, acked: bool = False
+    ) -> Awaitable[Any]:
+        """Run script ``name`` with exactly these KEYS and ARGV."""
+        script = self._scripts[name]
+        link = self._link
+        if link is not None:
+            replicas = self._replica_acks if acked else 0
+            timeout = self._replica_timeout_ms
+
+            call = (script.sha, script.script, keys, args)
+
+            def attempt(deadline: float) -> Awaitable[Any]:
+                return link.evalsha(
+                    *call, replicas=replicas, replica_timeout_ms=timeout, deadline=deadline
+                )
+
+            # Sent now when the connection is up: the caller may work while
+            # Redis runs the script (see ``write``). Any trouble sending is
+            # left to the attempts under the policy, which map and retry it.
+            try:
+                first = link.evalsha_now(
+                    *call,
+                    replicas=replicas,
+                    replica_timeout_ms=timeout,
+                    deadline=self._policy.deadline(),
+                )
+            except Exception:
+                first = None
+            return self._policy.run_until(attempt, first=first)
+        return self._policy.run(lambda: script(keys=keys, args=args))
+
+    def _log_full(self) -> None:
+        now = time.monotonic()
+        if now - self._full_logged_at > _FULL_LOG_EVERY:
+            self._full_logged_at = now
+            logger.warning(
+                "Redis is out of memory: reads are served without sliding session TTLs "
+                "(logged at most once a minute)"
+            )
+
+    async def _refreshing(self, call: Callable[[int], Awaitable[Any]], refresh_ttl: int) -> Any:
+        """Run a read that slides the TTL; when Redis is full (noeviction),
+        read without sliding it rather than fail."""
+        try:
+            return await call(refresh_ttl)
+        except BackendFull:
+            if refresh_ttl < 0:
+                raise
+            self._log_full()
+            return await call(-1)
+
+    def write(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        write_id: str,
+        ttl_ms: int,
+        max_messages: int,
+        entry_tail: bytes,
+        token_count: int,
+        summarize: str,
+        recall_ttl_ms: int | None,
+        tags: Mapping[str, str],
+        messages: Sequence[bytes],
+        created_ms: int | None = None,
+    ) -> Awaitable[WriteResult]:
+        """Append an entry (the write script). Sent before this returns when
+        the hot path's connection is up: the caller can work while Redis runs
+        it, then await the result. ``recall_ttl_ms``: None when indexing is
+        off, 0 to keep forever; ``created_ms``: the entry's time when it
+        records the past (None: the server's clock)."""
+        flat_tags = [part for pair in tags.items() for part in pair]
+        args = [
+            ttl_ms,
+            max_messages,
+            session_id,
+            entry_tail,
+            token_count,
+            summarize,
+            write_id,
+            "" if recall_ttl_ms is None else recall_ttl_ms,
+            "" if created_ms is None else created_ms,
+            len(tags),
+            *flat_tags,
+            *messages,
+        ]
+        return _write_result(self._call("write", keys, keys.script_keys(), args, acked=True))
+
+    async def read(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        limit: int,
+        max_tokens: int,
+        refresh_ttl: int,
+        with_summary: bool,
+    ) -> ReadResult:
+        def call(ttl: int) -> Awaitable[Any]:
+            args = [limit, max_tokens, ttl, session_id, "1" if with_summary else "0"]
+            return self._call("read", keys, keys.script_keys(), args)
+
+        first_seq, raw, covering, summary = await self._refreshing(call, refresh_ttl)
+        return ReadResult(first_seq, raw, covering, summary or None)
+
+    async def read_tail(
+        self, keys: SessionKeys, *, session_id: str, limit: int, refresh_ttl: int
+    ) -> ReadResult:
+        """The newest ``limit`` messages (-1: all) without a token budget.
+
+        The hot path of reads: one MULTI holding the ``touch`` script (checks
+        and TTL) and plain LRANGEs of the messages and of the entry records
+        that cover them, so no message passes through Lua (which copies every
+        element twice)."""
+
+        if not self._multi:
+            return await self.read(
+                keys,
+                session_id=session_id,
+                limit=limit,
+                max_tokens=-1,
+                refresh_ttl=refresh_ttl,
+                with_summary=False,
+            )
+        link = self._link
+        try:
+            if link is not None:
+                (seq, _length), raw, records = await self._policy.run_until(
+                    lambda deadline: self._tail_on_link(
+                        link, keys, session_id, limit, refresh_ttl, deadline
+                    )
+                )
+            else:
+                (seq, _length), raw, records = await self._policy.run(
+                    lambda: self._tail_once(keys, session_id, limit, refresh_ttl)
+                )
+        except BackendFull:
+            # Redis refuses a script in MULTI when full, even one that would
+            # not write: read through the plain script, without sliding the TTL.
+            if refresh_ttl >= 0:
+                self._log_full()
+            return await self.read(
+                keys,
+                session_id=session_id,
+                limit=limit,
+                max_tokens=-1,
+                refresh_ttl=-1,
+                with_summary=False,
+            )
+        if not raw or not seq:
+            return ReadResult(0, [], [], None)
+        first_seq = seq - len(raw) + 1
+        covering: list[bytes] = []
+        for record in reversed(records):
+            prefix = b",".join(record.split(b",", 2)[:2])
+            covering.append(prefix)
+            first = prefix.split(b",", 1)[0]
+            if not first.isdigit() or int(first) <= first_seq:
+                break
+        return ReadResult(first_seq, raw, covering, None)
+
+    async def _tail_once(
+        self, keys: SessionKeys, session_id: str, limit: int, ttl: int
+    ) -> list[Any]:
+        touch = self._scripts["touch"]
+        start = 0 if limit < 0 else -limit
+        touch_keys, touch_args = guarded(keys, keys.script_keys(), [ttl, session_id])
+        for _ in range(2):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.evalsha(touch.sha, len(touch_keys), *touch_keys, *touch_args)
+            if limit == 0:
+                pipe.lrange(keys.msgs, 1, 0)
+                pipe.lrange(keys.entries, 1, 0)
+            else:
+                pipe.lrange(keys.msgs, start, -1)
+                pipe.lrange(keys.entries, start, -1)
+            try:
+                result: list[Any] = await pipe.execute()
+                return result
+            except rexc.NoScriptError:
+                # A restarted or failed-over server lost its script cache.
+                await self._redis.script_load(touch.script)
+        raise rexc.NoScriptError("the touch script could not be loaded")
+
+    async def _tail_on_link(
+        self,
+        link: MultiplexedConnection | MultiplexedCluster,
+        keys: SessionKeys,
+        session_id: str,
+        limit: int,
+        ttl: int,
+        deadline: float,
+    ) -> list[Any]:
+        touch = self._scripts["touch"]
+        script_keys, script_args = guarded(keys, keys.script_keys(), [ttl, session_id])
+        start, stop = (1, 0) if limit == 0 else (0 if limit < 0 else -limit, -1)
+        commands = [
+            ("EVALSHA", touch.sha, len(script_keys), *script_keys, *script_args),
+            ("LRANGE", keys.msgs, start, stop),
+            ("LRANGE", keys.entries, start, stop),
+        ]
+        return await _loading(
+            lambda: link.transaction(commands, key=keys.msgs, deadline=deadline),
+            lambda: link.execute("SCRIPT", "LOAD", touch.script, key=keys.msgs, deadline=deadline),
+        )
+
+    async def snapshot(
+        self, keys: SessionKeys, *, session_id: str, refresh_ttl: int, with_messages: bool
+    ) -> SnapshotResult:
+        def call(ttl: int) -> Awaitable[Any]:
+            args = [ttl, session_id, "1" if with_messages else "0"]
+            return self._call("snapshot", keys, keys.script_keys(), args)
+
+        seq, length, entries, msgs, accessed, created = await self._refreshing(call, refresh_ttl)
+        return SnapshotResult(seq, length, entries, msgs, accessed, created)
+
+    async def sessions(self, user: UserKeys, prefixes: Sequence[bytes]) -> list[tuple[str, float]]:
+        """``(session id, deadline ms)`` of live sessions having every tag prefix."""
+        flat = await self._call("sessions", user, [user.sessions, user.tagidx], prefixes)
+        return [(flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    async def bump_epoch(self, guard: str, *, min_ttl_ms: int, clear_id: str) -> int:
+        """Start a new epoch of the user of ``guard`` (``guard_bump.lua``),
+        once per ``clear_id``."""
+        return int(await self._run("guard_bump", [guard], [min_ttl_ms, clear_id]))
+
+    async def settle_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
+        """Record ``epoch``'s earlier epochs deleted and drop ``guard`` if no
+        root key of the epoch exists (``guard_settle.lua``): True if dropped."""
+        return bool(await self._run("guard_settle", [guard, *roots], [epoch]))
+
+    async def clear(
+        self, keys: SessionKeys, recall: RecallKeys, *, session_id: str, grave: str
+    ) -> int:
+        """Delete the session; its docs in the recall index go to the grave
+        ``recall.prefix + grave`` (a fresh suffix), for ``recall_forget``."""
+        filter_key = recall.prefix + session_filter_suffix(session_id)
+        script_keys = [*keys.script_keys(), filter_key, recall.prefix + grave, recall.graves]
+        removed, _grave = await self._call("clear", keys, script_keys, [session_id])
+        return int(removed)
+
+    async def prepare(
+        self, keys: SessionKeys, *, session_id: str, keep_recent: int, cap: int
+    ) -> PrepareResult:
+        seq, wm, length, summary, since, first, raw, covering, gen, last, iwm = await self._call(
+            "prepare", keys, keys.script_keys(), [keep_recent, cap, session_id]
+        )
+        return PrepareResult(
+            seq,
+            wm,
+            length,
+            summary or None,
+            _text(since),
+            first,
+            raw,
+            covering,
+            _text(gen),
+            last,
+            iwm,
+        )
+
+    async def commit(
+        self,
+        keys: SessionKeys,
+        *,
+        session_id: str,
+        read: PrepareResult,
+        until_seq: int,
+        summarized: int,
+        summary: bytes,
+        compact: bool,
+        keep_recent: int,
+        batch: int,
+    ) -> CommitResult:
+        args = [
+            read.wm,
+            until_seq,
+            summarized,
+            summary,
+            "1" if compact else "0",
+            keep_recent,
+            batch,
+            session_id,
+            read.pending_since,
+            read.gen,
+        ]
+        status, still = await self._call("commit", keys, keys.script_keys(), args)
+        name = {1: "committed", 0: "stale", -1: "gone"}[status]
+        return CommitResult(name, bool(still))
+
+    async def index_read(self, keys: SessionKeys, *, cap: int, context: int) -> IndexRead:
+        """The session's messages after its index watermark (at most ``cap``)."""
+        seq, gen, iwm, rttl, first, messages, entries, before = await self._call(
+            "index_read", keys, keys.script_keys(), [cap, context]
+        )
+        recall_ttl = None if rttl is None or rttl is False else int(rttl)
+        return IndexRead(
+            int(seq),
+            _text(gen),
+            int(iwm),
+            recall_ttl,
+            int(first),
+            messages,
+            entries,
+            before,
+        )
+
+    async def index_commit(
+        self,
+        keys: SessionKeys,
+        recall: RecallKeys,
+        *,
+        read: IndexRead,
+        until_seq: int,
+        docs: Sequence[IndexDoc],
+        extracting: bool = False,
+    ) -> str:
+        """Add ``docs`` and move the index watermark to ``until_seq``, with
+        compare-and-set on what ``read`` saw: "committed", "stale" or "gone".
+        ``extracting``: the workers extract memories too (the session's
+        extraction watermark starts with this commit, if not before)."""
+        args: list[Any] = [
+            read.gen,
+            read.iwm,
+            until_seq,
+            read.recall_ttl_ms or 0,
+            recall.prefix,
+            len(docs),
+            "1" if extracting else "0",
+        ]
+        for doc in docs:
+            postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
+            args += [doc.created_ms, doc.record, " ".join(doc.filter_suffixes), postings]
+        status, _added = await self._call(
+            "index_commit", keys, [*keys.script_keys(), *recall.script_keys()], args
+        )
+        return {1: "committed", 0: "stale", -1: "gone"}[status]
+
+    async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
+        """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and
+        expired ones); returns how many it still lists."""
+        left = await self._call(
+            "recall_forget",
+            recall,
+            [recall.graves, *recall.script_keys()],
+            [recall.prefix, suffix, batch],
+        )
+        return int(left)
+
+    async def recall_search(self, recall: RecallKeys, args: Sequence[Any]) -> list[Any]:
+        """Run the search script (arguments: see ``recall_search.lua``)."""
+        found: list[Any] = await self._call("recall_search", recall, recall.script_keys(), args)
+        return found
+
+    async def extract_read(self, keys: SessionKeys, *, cap: int) -> ExtractRead:
+        """The session's indexed messages after its extraction watermark."""
+        seq, gen, xwm, first, messages, entries, outbox = await self._call(
+            "extract_read", keys, keys.script_keys(), [cap]
+        )
+        return ExtractRead(
+            int(seq),
+            _text(gen),
+            int(xwm),
+            int(first),
+            messages,
+            entries,
+            None if outbox is None or outbox is False else bytes(outbox),
+        )
+
+    async def extract_commit(
+        self, keys: SessionKeys, *, read: ExtractRead, until_seq: int, outbox: bytes
+    ) -> str:
+        """Move the extraction watermark to ``until_seq`` and keep ``outbox``,
+        with compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
+        status = await self._call(
+            "extract_commit", keys, [keys.meta], [read.gen, read.xwm, until_seq, outbox]
+        )
+        return {1: "committed", 0: "stale"}.get(int(status), "gone")
+
+    async def extract_clear(self, keys: SessionKeys, *, outbox: bytes) -> bool:
+        """Clear the applied ``outbox`` (unless it was replaced)."""
+        return bool(await self._call("extract_clear", keys, [keys.meta], [outbox]))
+
+    async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
+        cleared = await self._call(
+            "settle", keys, [keys.meta, keys.pending], [seq, session_id, gen]
+        )
+        return bool(cleared)

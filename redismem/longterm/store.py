@@ -1,0 +1,899 @@
+"""The long-term store: namespaced, versioned, searchable JSON items (``mem.store``).
+
+LangGraph ``BaseStore`` semantics, async::
+
+    store = LongTermStore(mem)
+    await store.put(("alice", "prefs"), "food", {"text": "likes ramen"}, source={"session": "s1"})
+    await store.search(("alice",), query="ramen", filter={"stars": {"$gte": 4}})
+
+A namespace is a non-empty tuple of labels; its first label is the tenant.
+Every key of a tenant lies under its user hash tag (see ``keys``), so one
+tenant's data shares one Cluster slot, ``Memory.clear_user(tenant)`` removes
+it, and a search never reads another tenant unless its prefix is empty.
+
+Writes (``put``, ``delete``, ``purge``) are Lua scripts: each lands whole or
+not at all, and a put or delete re-sent with the same ``write_id`` applies
+once. Timestamps and versions come from the server. Items put with a ``ttl``
+expire with their history; index entries of expired items are cleaned up a
+bounded batch per write (and before ``list_namespaces``), and reads never
+return an expired item.
+
+Search: without a query, the newest ``updated_at`` first; with one, BM25
+over the indexed text of the items (terms from ``analysis.terms``), with the
+document statistics of the tenant; only items holding a query term are found
+(a query of stop words alone finds nothing). ``filter`` matches value fields by
+dotted path, exactly or with ``$eq $ne $gt $gte $lt $lte $in``. A missing
+field equals nothing (``$ne`` holds for it); ``bool`` never equals a number.
+Ranking reads at most ``MAX_POSTINGS`` postings per query term (the highest
+term frequencies), and a narrow prefix is found by walking the tenant's items
+newest first: both are linear in the tenant's size, not the store's.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgpack
+from pydantic import BaseModel, ConfigDict
+
+from redismem.checks import check_int, check_optional_int, check_write_id
+from redismem.core.codec import ms_to_datetime
+from redismem.core.connection import scan_once
+from redismem.core.guard import EpochMoved, in_epoch, read_guarded
+from redismem.core.keys import (
+    StoreKeys,
+    escape_id,
+    parse_store_namespace_ref,
+    parse_store_ref,
+    store_namespace_ref,
+    store_ref,
+    validate_id,
+)
+from redismem.core.scripts import guarded, script_source
+from redismem.errors import BackendUnavailable, CorruptData, InvalidInput, VersionConflict
+from redismem.recall.terms import terms
+from redismem.validation import check_json_value
+
+if TYPE_CHECKING:
+    from redismem.client import Memory
+
+__all__ = ["Item", "ItemVersion", "LongTermStore", "SearchItem"]
+
+T = TypeVar("T")
+
+#: Version of the stored record payload ``[schema, value, source]``.
+RECORD_SCHEMA = 1
+#: Postings read per query term (the highest term frequencies first).
+MAX_POSTINGS = 10_000
+#: BM25 parameters.
+K1 = 1.2
+B = 0.75
+#: Longest ttl accepted, in seconds (100 years).
+MAX_TTL = 100 * 365 * 86_400.0
+
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in"})
+_PAGE = 100
+_PURGE_BATCH = 200
+_PRUNE_BATCH = 500
+_PRUNE_ROUNDS = 1_000
+_SEGMENT_RE = re.compile(r"([^\[\]]*)((?:\[(?:\*|\d+)\])*)")
+_INDEX_RE = re.compile(r"\[(\*|\d+)\]")
+
+
+# -- models -------------------------------------------------------------------------
+
+
+class Item(BaseModel):
+    """One stored item: a JSON object under a namespace and key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    #: When the item was first put (after a delete: put again).
+    created_at: datetime
+    #: When this version was put (a tombstone: when it was deleted).
+    updated_at: datetime
+    #: 1 on the first put, one more per put (and per delete).
+    version: int
+    #: Provenance given to ``put``, e.g. the session and message ids.
+    source: dict[str, Any] | None = None
+
+
+class SearchItem(Item):
+    """An item found by ``search``; ``score`` is its relevance to the query
+    (None without a query)."""
+
+    score: float | None = None
+
+
+class ItemVersion(Item):
+    """One version in an item's ``history``; a delete is a version too, a
+    tombstone with ``deleted`` set and an empty ``value``."""
+
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    version: int
+    created_ms: int
+    updated_ms: int
+    deleted: bool
+    value: dict[str, Any]
+    source: dict[str, Any] | None
+
+
+# -- argument checks ------------------------------------------------------------------
+
+
+def _check_namespace(value: object, name: str, *, allow_empty: bool = False) -> tuple[str, ...]:
+    """A tuple of non-empty str labels; empty only when ``allow_empty``."""
+    if not isinstance(value, tuple):
+        raise InvalidInput(f"{name} must be a tuple of str labels, not {type(value).__name__}")
+    if not value and not allow_empty:
+        raise InvalidInput(f"{name} must not be empty: its first label is the tenant")
+    for position, label in enumerate(value):
+        validate_id(label, f"{name}[{position}]")
+    return tuple(value)
+
+
+def _check_pattern(value: object, name: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return _check_namespace(value, name, allow_empty=True)
+
+
+def _check_json_dict(value: object, name: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise InvalidInput(f"{name} must be a dict, not {type(value).__name__}")
+    try:
+        check_json_value(value, name)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    return value
+
+
+def _check_index(index: object) -> list[str] | None:
+    """``None`` (every string), ``False`` (nothing: ``[]``) or field paths."""
+    if index is None:
+        return None
+    if index is False:
+        return []
+    if not isinstance(index, list | tuple):
+        raise InvalidInput(f"index must be None, False or a list of field paths, not {index!r}")
+    for path in index:
+        if not isinstance(path, str) or not path:
+            raise InvalidInput(f"index paths must be non-empty str, got {path!r}")
+        _path_steps(path)
+    return list(index)
+
+
+def _ttl_ms(ttl: object, name: str = "ttl") -> int:
+    """Seconds -> milliseconds (at least 1); None -> 0 (never expires)."""
+    if ttl is None:
+        return 0
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not 0 < ttl <= MAX_TTL  # before isfinite: no OverflowError for a huge int
+        or not math.isfinite(ttl)
+    ):
+        raise InvalidInput(f"{name} must be a number of seconds in (0, {MAX_TTL:.0f}] or None")
+    return max(1, round(ttl * 1000))
+
+
+def _check_filter(flt: object) -> dict[str, Any]:
+    if flt is None:
+        return {}
+    if type(flt) is not dict:
+        raise InvalidInput(f"filter must be a dict, not {type(flt).__name__}")
+    for path, condition in flt.items():
+        if not isinstance(path, str) or not path:
+            raise InvalidInput(f"filter fields must be non-empty str, got {path!r}")
+        try:
+            check_json_value(condition, f"filter[{path!r}]")
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        for op, operand in _operators(path, condition):
+            if op not in _OPERATORS:
+                known = ", ".join(sorted(_OPERATORS))
+                raise InvalidInput(f"unknown filter operator {op!r} on {path!r} (known: {known})")
+            if op == "$in" and type(operand) is not list:
+                raise InvalidInput(f"$in on {path!r} needs a list, got {operand!r}")
+    return flt
+
+
+def _operators(path: str, condition: Any) -> list[tuple[str, Any]]:
+    """``condition`` as ``(operator, operand)`` pairs; a plain value is ``$eq``."""
+    if type(condition) is not dict or not any(k.startswith("$") for k in condition):
+        return [("$eq", condition)]
+    if not all(k.startswith("$") for k in condition):
+        raise InvalidInput(f"filter on {path!r} mixes operators and plain fields")
+    return list(condition.items())
+
+
+# -- filters ----------------------------------------------------------------------------
+
+_MISSING: Any = object()
+
+
+def _lookup(value: Any, path: str) -> Any:
+    """The value at a dotted path (list positions as numbers), or ``_MISSING``."""
+    node = value
+    for part in path.split("."):
+        if type(node) is dict and part in node:
+            node = node[part]
+        elif type(node) is list and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: numbers by value, ``bool`` apart from numbers."""
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    if type(a) is not type(b):
+        return False
+    if type(a) is list:
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _compare(a: Any, b: Any) -> int | None:
+    """-1, 0 or 1 for two numbers or two strings; None when they do not order."""
+    if (_is_number(a) and _is_number(b)) or (type(a) is str and type(b) is str):
+        return int(a > b) - int(a < b)
+    return None
+
+
+def _holds(op: str, field: Any, operand: Any) -> bool:
+    if op == "$eq":
+        return field is not _MISSING and _json_equal(field, operand)
+    if op == "$ne":
+        return field is _MISSING or not _json_equal(field, operand)
+    if op == "$in":
+        return field is not _MISSING and any(_json_equal(field, o) for o in operand)
+    order = None if field is _MISSING else _compare(field, operand)
+    if order is None:
+        return False
+    return {"$gt": order > 0, "$gte": order >= 0, "$lt": order < 0, "$lte": order <= 0}[op]
+
+
+def _matches(value: dict[str, Any], flt: dict[str, Any]) -> bool:
+    for path, condition in flt.items():
+        field = _lookup(value, path)
+        if not all(_holds(op, field, operand) for op, operand in _operators(path, condition)):
+            return False
+    return True
+
+
+# -- indexing ---------------------------------------------------------------------------
+
+
+def _path_steps(path: str) -> list[str | int | None]:
+    """``"a.b[0].c[*]"`` -> ``["a", "b", 0, "c", None]`` (None: every element);
+    ``"$"`` is the whole value."""
+    if path == "$":
+        return []
+    steps: list[str | int | None] = []
+    for segment in path.split("."):
+        match = _SEGMENT_RE.fullmatch(segment)
+        if match is None or not (match.group(1) or match.group(2)):
+            raise InvalidInput(f"index path {path!r} is not a field path like 'a.b' or 'a[*].b'")
+        if match.group(1):
+            steps.append(match.group(1))
+        for index in _INDEX_RE.findall(match.group(2)):
+            steps.append(None if index == "*" else int(index))
+    return steps
+
+
+def _select(node: Any, steps: Sequence[str | int | None]) -> Iterator[Any]:
+    if not steps:
+        yield node
+        return
+    step, rest = steps[0], steps[1:]
+    if isinstance(step, str):
+        if type(node) is dict and step in node:
+            yield from _select(node[step], rest)
+    elif type(node) is list:
+        if step is None:
+            for element in node:
+                yield from _select(element, rest)
+        elif step < len(node):
+            yield from _select(node[step], rest)
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every string value inside ``node`` (not dict keys)."""
+    if type(node) is str:
+        yield node
+    elif type(node) is list:
+        for element in node:
+            yield from _strings(element)
+    elif type(node) is dict:
+        for element in node.values():
+            yield from _strings(element)
+
+
+def _index_terms(value: dict[str, Any], paths: list[str] | None) -> Counter[str]:
+    """Term frequencies of the indexed text (``paths`` None: every string)."""
+    if paths is None:
+        texts = list(_strings(value))
+    else:
+        texts = [
+            text
+            for path in paths
+            for node in _select(value, _path_steps(path))
+            for text in _strings(node)
+        ]
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(terms(text))
+    return counts
+
+
+def _bm25(idf: float, tf: float, length: float, average: float) -> float:
+    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+def _payload(value: dict[str, Any], source: dict[str, Any] | None) -> bytes:
+    packed: bytes = msgpack.packb([RECORD_SCHEMA, value, source], use_bin_type=True)
+    return packed
+
+
+def _decode(key: str, raw: bytes) -> _Record:
+    """A stored record (see ``keys``); ``CorruptData`` naming ``key`` if unreadable."""
+    try:
+        version, created, updated, op, payload = raw.split(b",", 4)
+        schema, value, source = msgpack.unpackb(payload, raw=False)
+        deleted = op == b"d"
+        if (
+            schema != RECORD_SCHEMA
+            or op not in (b"p", b"d")
+            or type(value) is not (type(None) if deleted else dict)
+            or not (source is None or type(source) is dict)
+        ):
+            raise ValueError(f"unexpected record layout (schema {schema!r}, op {op!r})")
+        return _Record(int(version), int(created), int(updated), deleted, value or {}, source)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptData(key, f"store record: {exc}") from exc
+
+
+def _fields(namespace: tuple[str, ...], key: str, record: _Record) -> dict[str, Any]:
+    return {
+        "namespace": namespace,
+        "key": key,
+        "value": record.value,
+        "created_at": ms_to_datetime(record.created_ms),
+        "updated_at": ms_to_datetime(record.updated_ms),
+        "version": record.version,
+        "source": record.source,
+    }
+
+
+def _found(ref: str, key: str, record: _Record, score: float | None) -> SearchItem:
+    namespace, item_key = _parse_ref(ref, key)
+    return SearchItem(**_fields(namespace, item_key, record), score=score)
+
+
+def _parse_ref(ref: str, key: str) -> tuple[tuple[str, ...], str]:
+    try:
+        return parse_store_ref(ref)
+    except InvalidInput as exc:
+        raise CorruptData(key, f"bad item ref {ref!r}") from exc
+
+
+def _text(raw: bytes, key: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptData(key, "member is not UTF-8") from exc
+
+
+def _number(raw: Any, key: str) -> float:
+    try:
+        return float(raw or 0)
+    except (TypeError, ValueError) as exc:
+        raise CorruptData(key, f"not a number: {raw!r}") from exc
+
+
+# -- namespace matching (list_namespaces) ----------------------------------------------
+
+
+def _labels_match(labels: Sequence[str], pattern: Sequence[str]) -> bool:
+    return all(p == "*" or p == label for label, p in zip(labels, pattern, strict=True))
+
+
+def _namespace_matches(
+    namespace: tuple[str, ...], prefix: tuple[str, ...] | None, suffix: tuple[str, ...] | None
+) -> bool:
+    if prefix is not None and (
+        len(namespace) < len(prefix) or not _labels_match(namespace[: len(prefix)], prefix)
+    ):
+        return False
+    if suffix is not None and suffix:
+        if len(namespace) < len(suffix):
+            return False
+        return _labels_match(namespace[len(namespace) - len(suffix) :], suffix)
+    return True
+
+
+def _score_pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """``(member, score)`` pairs of a WITHSCORES reply, flat or already paired."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(m, s) for m, s in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+@functools.cache
+def _source(name: str) -> str:
+    return script_source(name)
+
+
+# -- the store ----------------------------------------------------------------------------
+
+
+class LongTermStore:
+    """Namespaced long-term items of one ``Memory`` (see the module docstring)."""
+
+    def __init__(self, memory: Memory, *, default_ttl: float | None = None) -> None:
+        self._memory = memory
+        self._default_ttl_ms = _ttl_ms(default_ttl, "default_ttl")
+        self._scripts: dict[str, Any] = {}
+
+    def _keys(self, tenant: str, epoch: int) -> StoreKeys:
+        return self._memory.layout.store(tenant, epoch)
+
+    async def _in_epoch(self, tenant: str, op: Callable[[StoreKeys], Awaitable[T]]) -> T:
+        """``op(keys)`` on the tenant's keys in its current epoch (built
+        again when the tenant was cleared meanwhile; see ``redismem.core.guard``)."""
+        return await in_epoch(self._memory.epochs, tenant, lambda e: op(self._keys(tenant, e)))
+
+    async def _run(
+        self, name: str, scope: StoreKeys, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a store script on keys built for ``scope``'s epoch (guarded)."""
+        source = _source(name)
+        script_keys, script_args = guarded(scope, keys, args)
+
+        async def operation(redis: Any) -> Any:
+            script = self._scripts.get(name)
+            if script is None:
+                script = self._scripts[name] = redis.register_script(source)
+            return await script(keys=script_keys, args=script_args)
+
+        return await self._memory.call(operation)
+
+    async def _read(self, keys: StoreKeys, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The replies of plain reads of ``keys``' epoch, in one MULTI with
+        the guard: ``EpochMoved`` when the tenant was cleared meanwhile."""
+        return await read_guarded(self._memory, keys, commands)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        *,
+        index: list[str] | Literal[False] | None = None,
+        ttl: float | None = None,
+        source: dict[str, Any] | None = None,
+        write_id: str | None = None,
+        if_version: int | None = None,
+    ) -> Item:
+        """Store ``value`` under ``(namespace, key)`` as a new version.
+
+        ``index``: the field paths whose text is searchable (``"a.b"``,
+        ``"a[*].b"``, ``"$"``); None: every string; False: not searchable.
+        ``ttl``: seconds until the item (and its history) expires; None: the
+        store's default. ``write_id`` names the put: re-sent with the same id
+        (e.g. after ``BackendUnavailable``, whose ``write_id`` it is), it
+        creates no second version. ``if_version``: put only if the item's
+        live version is this one (0: only if there is no live item), else
+        raise ``VersionConflict`` and write nothing: a read-modify-write
+        that loses no concurrent update.
+        """
+        item = await self.put_guarded(
+            namespace,
+            key,
+            value,
+            index=index,
+            ttl=ttl,
+            source=source,
+            write_id=write_id,
+            if_version=if_version,
+        )
+        assert item is not None  # only a guarded put is ever refused
+        return item
+
+    async def put_guarded(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        *,
+        index: list[str] | Literal[False] | None = None,
+        ttl: float | None = None,
+        source: dict[str, Any] | None = None,
+        write_id: str | None = None,
+        if_version: int | None = None,
+        guard: tuple[str, str] | None = None,
+        while_at: tuple[tuple[str, ...], str, int] | None = None,
+    ) -> Item | None:
+        """``put``, for redismem's own writers on behalf of a session:
+        ``guard`` is ``(key, gen)``, a hash in the tenant's slot (the
+        session's meta) whose ``gen`` field must still be ``gen``; returns
+        None, writing nothing, when it is not (the session was cleared).
+        ``while_at``: ``(namespace, key, version)`` of another item of the
+        same tenant; the put lands only while that item is at that version
+        (0: none), else ``VersionConflict`` and nothing is written."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+        item_value = _check_json_dict(value, "value")
+        item_source = None if source is None else _check_json_dict(source, "source")
+        paths = _check_index(index)
+        ttl_arg = self._default_ttl_ms if ttl is None else _ttl_ms(ttl)
+        op = check_write_id(write_id)
+        expected = "" if if_version is None else check_int("if_version", if_version)
+        counts = _index_terms(item_value, paths)
+        ref = store_ref(ns, item_key)
+        other = None
+        if while_at is not None:
+            other_ns = _check_namespace(while_at[0], "while_at namespace")
+            if other_ns[0] != ns[0]:
+                raise InvalidInput("while_at must name an item of the same tenant")
+            other = store_ref(other_ns, validate_id(while_at[1], "while_at key"))
+            check_int("while_at version", while_at[2])
+        pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
+        payload = _payload(item_value, item_source)
+
+        def put(keys: StoreKeys) -> Awaitable[Any]:
+            args = [
+                *keys.key_prefixes(),
+                ref,
+                op,
+                ttl_arg,
+                payload,
+                sum(counts.values()),
+                expected,
+                "" if guard is None else guard[1],
+                "" if while_at is None else while_at[2],
+                *pairs,
+            ]
+            script_keys = [
+                *keys.tenant_keys(),
+                keys.item(ref),
+                keys.history(ref),
+                keys.item(ref) if guard is None else guard[0],
+                keys.item(ref) if other is None else keys.item(other),
+                *(keys.term(term) for term in counts),
+            ]
+            return self._run("store_put", keys, script_keys, args)
+
+        try:
+            if guard is None:
+                status, version, created, updated = await self._in_epoch(ns[0], put)
+            else:
+                # On behalf of a session: in that session's epoch only.
+                epoch = self._memory.layout.parse_key(guard[0]).epoch
+                try:
+                    status, version, created, updated = await put(self._keys(ns[0], epoch))
+                except EpochMoved:
+                    return None
+        except BackendUnavailable as exc:
+            exc.write_id = op
+            exc.add_note(f"the put may still land: retry it with write_id={op!r}")
+            raise
+        if status == -2:
+            return None
+        if status == -3:
+            assert while_at is not None
+            raise VersionConflict(f"item {while_at[1]!r}", while_at[2], int(version))
+        if status == -1:
+            raise VersionConflict(f"item {key!r} of {namespace!r}", int(expected), int(version))
+        record = _Record(version, created, updated, False, item_value, item_source)
+        return Item(**_fields(ns, item_key, record))
+
+    async def delete(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        *,
+        source: dict[str, Any] | None = None,
+        write_id: str | None = None,
+    ) -> None:
+        """Delete an item; its history keeps the last version and a tombstone
+        (carrying ``source``). Deleting a missing item does nothing."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+        item_source = None if source is None else _check_json_dict(source, "source")
+        op = check_write_id(write_id)
+        ref = store_ref(ns, item_key)
+        tombstone = msgpack.packb([RECORD_SCHEMA, None, item_source], use_bin_type=True)
+
+        def delete(keys: StoreKeys) -> Awaitable[Any]:
+            script_keys = [*keys.tenant_keys(), keys.item(ref), keys.history(ref)]
+            args = [*keys.key_prefixes(), ref, op, tombstone]
+            return self._run("store_delete", keys, script_keys, args)
+
+        try:
+            await self._in_epoch(ns[0], delete)
+        except BackendUnavailable as exc:
+            exc.write_id = op
+            exc.add_note(f"the delete may still land: retry it with write_id={op!r}")
+            raise
+
+    async def purge(self, namespace_prefix: tuple[str, ...]) -> int:
+        """Remove for good every item under ``namespace_prefix`` (at least the
+        tenant), with its history and index entries: a data-deletion request.
+        Returns the number of items removed (live or with a history).
+
+        Runs in batches, each atomic: an item put under the prefix while the
+        purge runs may survive it."""
+        prefix = _check_namespace(namespace_prefix, "namespace_prefix")
+
+        async def purge(keys: StoreKeys) -> int:
+            args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH, "0"]
+            total = 0
+            while True:
+                removed, more = await self._run("store_purge", keys, keys.tenant_keys(), args)
+                total += int(removed)
+                if not more:
+                    return total
+
+        return await self._in_epoch(prefix[0], purge)
+
+    async def purge_item(self, namespace: tuple[str, ...], key: str) -> bool:
+        """Remove one item for good, with its history: True if there was one."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+
+        async def purge(keys: StoreKeys) -> bool:
+            args = [*keys.key_prefixes(), store_ref(ns, item_key), 1, "1"]
+            removed, _more = await self._run("store_purge", keys, keys.tenant_keys(), args)
+            return bool(removed)
+
+        return await self._in_epoch(ns[0], purge)
+
+    async def _prune(self, keys: StoreKeys) -> None:
+        """Clean up after the tenant's expired items (a batch per script call)."""
+        args = [*keys.key_prefixes(), _PRUNE_BATCH]
+        for _ in range(_PRUNE_ROUNDS):
+            if not await self._run("store_prune", keys, keys.tenant_keys(), args):
+                return
+
+    # -- reads ------------------------------------------------------------------
+
+    async def get(self, namespace: tuple[str, ...], key: str) -> Item | None:
+        """The item's current version, or None (never put, deleted or expired)."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+        ref = store_ref(ns, item_key)
+
+        async def get(keys: StoreKeys) -> Item | None:
+            [raw] = await self._read(keys, [("GET", keys.item(ref))])
+            if raw is None:
+                return None
+            return Item(**_fields(ns, item_key, _decode(keys.item(ref), raw)))
+
+        return await self._in_epoch(ns[0], get)
+
+    async def history(self, namespace: tuple[str, ...], key: str) -> list[ItemVersion]:
+        """Every version of the item, oldest first: earlier puts, delete
+        tombstones and the current version. Empty once purged or expired."""
+        ns = _check_namespace(namespace, "namespace")
+        item_key = validate_id(key, "key")
+        ref = store_ref(ns, item_key)
+
+        async def history(keys: StoreKeys) -> list[ItemVersion]:
+            old, current = await self._read(
+                keys, [("LRANGE", keys.history(ref), 0, -1), ("GET", keys.item(ref))]
+            )
+            records = [_decode(keys.history(ref), raw) for raw in old]
+            if current is not None:
+                records.append(_decode(keys.item(ref), current))
+            return [ItemVersion(**_fields(ns, item_key, r), deleted=r.deleted) for r in records]
+
+        return await self._in_epoch(ns[0], history)
+
+    async def search(
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[SearchItem]:
+        """Items whose namespace starts with ``namespace_prefix`` (``()``:
+        every tenant's), matching ``filter``; ranked by keyword relevance to
+        ``query`` (only items with a query term), else newest first."""
+        prefix = _check_namespace(namespace_prefix, "namespace_prefix", allow_empty=True)
+        flt = _check_filter(filter)
+        count = check_int("limit", limit)
+        skip = check_int("offset", offset)
+        if query is not None and not isinstance(query, str):
+            raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+        if count == 0:
+            return []
+        want = skip + count
+        weights = Counter(terms(query)) if query else None
+        tenants = [prefix[0]] if prefix else await self._tenants("updated")
+        ref_prefix = store_namespace_ref(prefix)
+        found: list[SearchItem] = []
+        for tenant in tenants:
+            if weights is None:
+                found += await self._in_epoch(
+                    tenant, lambda keys: self._newest(keys, ref_prefix, flt, want)
+                )
+            elif weights:
+                found += await self._in_epoch(
+                    tenant, lambda keys: self._ranked(keys, ref_prefix, weights, flt, want)
+                )
+        if weights is None:
+            found.sort(key=lambda i: (i.updated_at, i.namespace, i.key), reverse=True)
+        else:
+            found.sort(key=lambda i: (-(i.score or 0.0), -i.updated_at.timestamp()))
+        return found[skip:want]
+
+    async def _load(
+        self, keys: StoreKeys, refs: Sequence[str], flt: dict[str, Any], scores: dict[str, float]
+    ) -> list[SearchItem]:
+        """The live items among ``refs`` that match ``flt``, in order."""
+        if not refs:
+            return []
+        redis_keys = [keys.item(ref) for ref in refs]
+        [raws] = await self._read(keys, [("MGET", *redis_keys)])
+        out = []
+        for ref, redis_key, raw in zip(refs, redis_keys, raws, strict=True):
+            if raw is None:
+                continue  # expired or deleted since the index was read
+            record = _decode(redis_key, raw)
+            if _matches(record.value, flt):
+                out.append(_found(ref, redis_key, record, scores.get(ref)))
+        return out
+
+    async def _newest(
+        self, keys: StoreKeys, ref_prefix: str, flt: dict[str, Any], want: int
+    ) -> list[SearchItem]:
+        """Up to ``want`` of the tenant's matching items, newest first."""
+        out: list[SearchItem] = []
+        seen: set[str] = set()
+        start, page = 0, _PAGE
+        while len(out) < want:
+            [raw] = await self._read(keys, [("ZREVRANGE", keys.updated, start, start + page - 1)])
+            if not raw:
+                break
+            start, page = start + page, min(page * 2, 1000)
+            refs = [_text(r, keys.updated) for r in raw]
+            picked = [r for r in refs if r.startswith(ref_prefix) and r not in seen]
+            seen.update(picked)
+            out += await self._load(keys, picked, flt, {})
+        return out[:want]
+
+    async def _ranked(
+        self,
+        keys: StoreKeys,
+        ref_prefix: str,
+        weights: Counter[str],
+        flt: dict[str, Any],
+        want: int,
+    ) -> list[SearchItem]:
+        """Up to ``want`` of the tenant's matching items, by BM25 score."""
+        query_terms = list(weights)
+        commands: list[tuple[Any, ...]] = [("HMGET", keys.stats, "docs", "len")]
+        for term in query_terms:
+            commands.append(("ZCARD", keys.term(term)))
+            commands.append(("ZREVRANGE", keys.term(term), 0, MAX_POSTINGS - 1, "WITHSCORES"))
+        (docs_raw, length_raw), *per_term = await self._read(keys, commands)
+        docs = _number(docs_raw, keys.stats)
+        average = _number(length_raw, keys.stats) / docs if docs > 0 else 1.0
+        hits: dict[str, list[tuple[float, float]]] = {}
+        for position, term in enumerate(query_terms):
+            df, members = per_term[2 * position], _score_pairs(per_term[2 * position + 1])
+            n = max(docs, df)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5)) * weights[term]
+            for member, tf in members:
+                ref = _text(member, keys.term(term))
+                if ref.startswith(ref_prefix):
+                    hits.setdefault(ref, []).append((idf, float(tf)))
+        if not hits:
+            return []
+        refs = list(hits)
+        [lengths] = await self._read(keys, [("HMGET", keys.doclen, *refs)])
+        scores = {
+            ref: sum(
+                _bm25(idf, tf, _number(length, keys.doclen), max(average, 1e-9))
+                for idf, tf in hits[ref]
+            )
+            for ref, length in zip(refs, lengths, strict=True)
+        }
+        ranked = sorted(refs, key=lambda r: (-scores[r], r))
+        out: list[SearchItem] = []
+        for start in range(0, len(ranked), _PAGE):
+            if len(out) >= want:
+                break
+            out += await self._load(keys, ranked[start : start + _PAGE], flt, scores)
+        return out[:want]
+
+    async def list_namespaces(
+        self,
+        *,
+        prefix: tuple[str, ...] | None = None,
+        suffix: tuple[str, ...] | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[tuple[str, ...]]:
+        """The namespaces holding live items, sorted. ``prefix``/``suffix``
+        match labels from the start/end, ``"*"`` matching any one label;
+        ``max_depth`` cuts longer namespaces to their first labels (merged)."""
+        pre = _check_pattern(prefix, "prefix")
+        suf = _check_pattern(suffix, "suffix")
+        depth = check_optional_int("max_depth", max_depth, minimum=1)
+        count = check_int("limit", limit)
+        skip = check_int("offset", offset)
+        if pre and pre[0] != "*":
+            tenants = [pre[0]]
+        else:
+            tenants = await self._tenants("namespaces")
+        found: set[tuple[str, ...]] = set()
+        for tenant in tenants:
+            for namespace in await self._in_epoch(tenant, self._namespaces):
+                if _namespace_matches(namespace, pre, suf):
+                    found.add(namespace if depth is None else namespace[:depth])
+        return sorted(found)[skip : skip + count]
+
+    async def _namespaces(self, keys: StoreKeys) -> list[tuple[str, ...]]:
+        await self._prune(keys)
+        key = keys.namespaces
+        [fields] = await self._read(keys, [("HKEYS", key)])
+        out = []
+        for field in fields:
+            try:
+                out.append(parse_store_namespace_ref(_text(field, key)))
+            except InvalidInput as exc:
+                raise CorruptData(key, f"bad namespace ref {field!r}") from exc
+        return out
+
+    async def _tenants(self, kind: str) -> list[str]:
+        """Tenants having a store key of ``kind``, found with SCAN (never KEYS)."""
+        layout = self._memory.layout
+        pattern = layout.store_pattern(kind)
+        tenants: set[str] = set()
+        cursor = "0"
+        while True:
+            scan = functools.partial(scan_once, cursor=cursor, pattern=pattern)
+            cursor, batch = await self._memory.call(scan)
+            for raw in batch:
+                try:
+                    parsed = layout.parse_key(raw.decode("utf-8"))
+                except (InvalidInput, UnicodeDecodeError):
+                    continue
+                if parsed.session_id is None and parsed.kind == f"kv:{kind}":
+                    tenants.add(parsed.user_id)
+            if cursor == "0":
+                return sorted(tenants)

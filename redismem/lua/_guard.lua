@@ -1,0 +1,32 @@
+-- The user guard (redismem.core.guard), prepended first to every user-scoped
+-- script: the caller sends the user's guard as an extra first key and the
+-- epoch it built its keys for as an extra first argument. Both are taken
+-- off here, so KEYS[] and ARGV[] are numbered as in the script's own header.
+--   KEYS[1]  the user's guard (HASH: e = the user's epoch; absent = 0)
+--   ARGV[1]  the epoch the other keys were built for
+-- When the user was cleared since (the guard holds another epoch) the
+-- script changes nothing and fails with REDISMEM_EPOCH <current epoch>: a
+-- client call builds its keys again, a worker drops what it had read.
+local GUARD = table.remove(KEYS, 1)
+local EPOCH = table.remove(ARGV, 1)
+do
+  local current = redis.call('HGET', GUARD, 'e') or '0'
+  if current ~= EPOCH then return redis.error_reply('REDISMEM_EPOCH ' .. current) end
+end
+
+-- Keep the guard at least until `deadline` (ms, or math.huge: forever), a
+-- deadline just given to keys of this epoch, so that the guard outlives
+-- every key of its epoch. Epoch 0 needs no guard.
+local function cover_guard(deadline)
+  if EPOCH == '0' then return end
+  if deadline == math.huge then
+    redis.call('PERSIST', GUARD)
+    return
+  end
+  local left = redis.call('PTTL', GUARD)
+  if left >= 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if now + left < deadline then redis.call('PEXPIREAT', GUARD, deadline) end
+  end
+end

@@ -1,0 +1,1 @@
+"""Summarization, run by the workers: the pass (``job``) and the summarizers."""
