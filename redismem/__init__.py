@@ -27,6 +27,7 @@ from redismem.context.strategies import (
     StrategyResult,
     TokenBudget,
     Turns,
+    trim_to_token_budget,
 )
 from redismem.context.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -36,7 +37,6 @@ from redismem.context.tokens import (
     estimate_tokens,
     message_tokens,
     tiktoken_tokenizer,
-    trim_to_token_budget,
 )
 from redismem.core.keys import KeyLayout
 from redismem.errors import (

@@ -32,10 +32,10 @@ from redismem.checks import check_message_list, check_optional_str, check_time_m
 from redismem.checks import check_tags as _check_tags
 from redismem.checks import check_write_id as _check_write_id
 from redismem.config import MemoryConfig
-from redismem.context.counting import estimate_tokens, message_tokens
 from redismem.context.quoting import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
 from redismem.context.quoting import summary_message
 from redismem.context.strategies import MemoryStrategy
+from redismem.context.tokens import estimate_tokens, message_tokens
 from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.core import codec, guard
 from redismem.core.connection import describe_url, open_redis

@@ -1,5 +1,5 @@
 """The rules several features share, each tested at its one home: how tool
-calls group (``toolgroups``), how text is cut to a budget (``counting.fit_text``
+calls group (``toolgroups``), how text is cut to a budget (``tokens.fit_text``
 and the summary message built on it), and the argument checks (``checks``)."""
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from redismem.checks import (
     new_write_id,
 )
 from redismem.client import Memory
-from redismem.context.counting import estimate_tokens, fit_text, message_tokens
 from redismem.context.quoting import SUMMARY_LABEL, render_summary, summary_message, unfence
 from redismem.context.strategies import MemoryStrategy, TokenBudget
+from redismem.context.tokens import estimate_tokens, fit_text, message_tokens
 from redismem.context.toolgroups import (
     OrphanRule,
     SystemRule,

@@ -19,8 +19,9 @@ from redismem.context.strategies import (
     StrategyResult,
     TokenBudget,
     Turns,
+    trim_to_token_budget,
 )
-from redismem.context.tokens import estimate_messages_tokens, trim_to_token_budget
+from redismem.context.tokens import estimate_messages_tokens
 from redismem.errors import InvalidInput
 from redismem.models import Message, Role, ToolCall
 

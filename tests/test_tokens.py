@@ -9,6 +9,7 @@ import types
 import pytest
 
 from redismem.context import tokens
+from redismem.context.strategies import trim_to_token_budget
 from redismem.context.tokens import (
     MESSAGE_OVERHEAD_TOKENS,
     Tokenizer,
@@ -17,7 +18,6 @@ from redismem.context.tokens import (
     estimate_tokens,
     message_tokens,
     tiktoken_tokenizer,
-    trim_to_token_budget,
 )
 from redismem.errors import InvalidInput
 from redismem.models import Message, ToolCall

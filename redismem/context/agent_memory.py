@@ -79,9 +79,9 @@ from redismem.checks import (
     check_optional_int,
     check_optional_str,
 )
-from redismem.context.counting import estimate_messages_tokens
 from redismem.context.quoting import summary_message
 from redismem.context.strategies import MemoryStrategy, TokenBudget
+from redismem.context.tokens import estimate_messages_tokens
 from redismem.core.keys import validate_id
 from redismem.errors import BackendError, InvalidInput, SummarizerError
 from redismem.models import STORE_FIELDS, Message, Summary

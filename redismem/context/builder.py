@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from redismem.checks import check_fraction, check_int
-from redismem.context.counting import fit_text, message_tokens
 from redismem.context.quoting import SUMMARY_LABEL, fence, new_marker, quote
+from redismem.context.tokens import fit_text, message_tokens
 from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.errors import InvalidInput
 from redismem.models import STORE_FIELDS, Message

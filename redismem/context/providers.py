@@ -40,9 +40,9 @@ from redismem.checks import (
     check_optional_int,
     check_optional_str,
 )
-from redismem.context.counting import fit_text, message_tokens
 from redismem.context.quoting import render_summary, summary_message
 from redismem.context.strategies import Hybrid, LastMessages, MemoryStrategy, TokenBudget, Turns
+from redismem.context.tokens import fit_text, message_tokens
 from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.core.keys import validate_id
 from redismem.core.queue import SummarizeArgs

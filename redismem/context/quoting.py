@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
-from redismem.context.counting import estimate_tokens, fit_text, message_tokens
+from redismem.context.tokens import estimate_tokens, fit_text, message_tokens
 from redismem.models import Message, Summary
 
 __all__ = ["MEMORY_DATA_HEADER", "fence", "unfence"]

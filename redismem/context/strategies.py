@@ -54,7 +54,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Protocol, runtime_checkable
 
 from redismem.checks import check_bool, check_int, check_items
-from redismem.context.counting import estimate_tokens, message_tokens
+from redismem.context.tokens import estimate_tokens, message_tokens
 from redismem.context.toolgroups import SystemRule, ToolUnits, is_tool_call, tool_units
 from redismem.models import Message
 
