@@ -51,6 +51,7 @@ MOVED_MODULES: dict[str, str] = {
     "redismem.toolgroups": "redismem.context.toolgroups",
     "redismem.transport": "redismem.core.transport",
     "redismem.urls": "redismem.core.urls",
+    "redismem.validation": "redismem.values",
     "redismem.waiter": "redismem.core.replies",
 }
 

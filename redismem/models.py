@@ -8,7 +8,7 @@ they are unique within a session and sort in write (commit) order.
 A message is accepted only if it comes back from the store exactly as
 given: ``content`` is a ``str``, required except on an assistant message
 with ``tool_calls``; ``metadata`` and dict ``arguments`` of tool calls hold
-plain JSON data (see ``redismem.validation``).
+plain JSON data (see ``redismem.values``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from redismem.validation import check_json_value
+from redismem.values import check_json_value
 
 __all__ = [
     "Context",
@@ -50,7 +50,7 @@ class ToolCall(BaseModel):
     """A tool invocation requested by an assistant message.
 
     ``arguments`` is the JSON text the model produced, or that JSON decoded
-    into a dict of plain JSON data (see ``redismem.validation``).
+    into a dict of plain JSON data (see ``redismem.values``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -25,7 +25,7 @@ from redismem.checks import (
     check_seconds,
 )
 from redismem.config import WorkerConfig
-from redismem.validation import MAX_DEPTH
+from redismem.values import MAX_DEPTH
 
 #: Every int argument gets these (the last two: not an int at all).
 BAD_INTS: list[Any] = [2**63, 2**100, -(2**100), MAX_INT + 1, 10**5000, True, 1.5]

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from redismem import InvalidInput, Memory, Message, RedisMemError
 from redismem.core.keys import MAX_ID_BYTES
 from redismem.models import input_message
-from redismem.validation import MAX_DEPTH
+from redismem.values import MAX_DEPTH
 
 SMALL_LIMIT = 1000
 

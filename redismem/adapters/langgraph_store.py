@@ -122,7 +122,7 @@ from redismem.adapters._sync import aclose_twin, close_twin, run_sync
 from redismem.checks import MAX_INT, check_int, check_memory
 from redismem.errors import InvalidInput, MissingDependency
 from redismem.recall.embeddings import Embedder, cosine, quantize
-from redismem.validation import INT_MAX, INT_MIN, check_json_value
+from redismem.values import INT_MAX, INT_MIN, check_json_value
 
 try:
     from langchain_core.embeddings import Embeddings

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from redismem.recall.terms import terms
-from redismem.validation import check_json_value
+from redismem.values import check_json_value
 
 __all__ = [
     "MEMORY_KINDS",

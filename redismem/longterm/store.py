@@ -59,7 +59,7 @@ from redismem.core.keys import (
 from redismem.core.scripts import guarded, script_source
 from redismem.errors import BackendUnavailable, CorruptData, InvalidInput, VersionConflict
 from redismem.recall.terms import terms
-from redismem.validation import check_json_value
+from redismem.values import check_json_value
 
 if TYPE_CHECKING:
     from redismem.client import Memory

@@ -1,4 +1,4 @@
-"""The one rule for free-form values (``redismem.validation.check_json_value``)
+"""The one rule for free-form values (``redismem.values.check_json_value``)
 and the message rules built on it: everything accepted comes back from the
 store exactly as given; everything else is rejected when the model is built."""
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from redismem import CorruptData, Message, ToolCall
 from redismem.core.codec import SCHEMA_VERSION, decode_messages, encode_message
-from redismem.validation import INT_MAX, INT_MIN, MAX_DEPTH, check_json_value
+from redismem.values import INT_MAX, INT_MIN, MAX_DEPTH, check_json_value
 
 
 class Colour(StrEnum):

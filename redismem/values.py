@@ -1,9 +1,10 @@
-"""What a free-form value (message metadata, tool-call arguments) may hold.
+"""JSON values that round-trip: what a free-form value may hold.
 
-One rule, used by the models: a value is accepted only if it comes back
-exactly as it went in, through the stored format (msgpack, see ``codec``) and
-through JSON (``to_chat()``, snapshots, LLM requests). That is plain JSON
-data:
+Message metadata, dict tool-call arguments, long-term records and the
+LangGraph store's values are free-form. One rule decides what they may hold:
+a value is accepted only if it comes back exactly as it went in, through the
+stored format (msgpack, see ``redismem.core.codec``) and through JSON
+(``to_chat()``, snapshots, LLM requests). That is plain JSON data:
 
 * ``None``, ``bool``, ``str`` (encodable as UTF-8: no lone surrogates);
 * ``int`` within msgpack's range, ``-2**63 .. 2**64 - 1``;
@@ -21,6 +22,11 @@ non-``str`` dict keys, ``set``, ``datetime`` and other objects. Types are
 matched exactly: a subclass of ``dict``, ``str``, ``int`` ... (``OrderedDict``,
 ``StrEnum``, ``IntEnum``) would come back as the base type, so it is rejected
 too; convert it first.
+
+``check_json_value`` raises ``ValueError``, which pydantic turns into a
+``ValidationError`` in the models' validators; a check of an argument
+outside a model raises it as ``InvalidInput`` (argument checks:
+``redismem.checks``).
 """
 
 from __future__ import annotations
