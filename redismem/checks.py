@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from redismem.errors import InvalidInput
 from redismem.models import Message
+from redismem.values import check_json_value
 
 if TYPE_CHECKING:
     from redismem.client import Memory
@@ -45,9 +46,12 @@ __all__ = [
     "check_optional_int",
     "check_optional_number",
     "check_optional_str",
+    "check_plain_json",
     "check_seconds",
     "check_tags",
     "check_text",
+    "check_time_ms",
+    "check_ttl",
     "check_write_id",
     "is_memory",
     "new_write_id",
@@ -81,7 +85,9 @@ def shown(value: object) -> str:
 
 
 def _int_error(name: str, value: object, minimum: int, maximum: int, none: str) -> InvalidInput:
-    if _is_int(value) and value > maximum:
+    """The range is named when it has a lower top than ``MAX_INT`` or
+    ``value`` is past the top."""
+    if maximum < MAX_INT or (_is_int(value) and value > maximum):
         return InvalidInput(
             f"{name} must be an int in [{minimum}, {maximum}]{none}, got {shown(value)}"
         )
@@ -131,6 +137,25 @@ def check_seconds(name: str, value: object) -> float:
     """A finite number of seconds ``>= 0`` as a ``float``."""
     if not _is_number(value) or not _finite(value) or value < 0:
         raise InvalidInput(f"{name} must be a finite number of seconds >= 0, got {shown(value)}")
+    return float(value)
+
+
+def check_ttl(
+    name: str, value: object, *, maximum: float, unit: str = "seconds", none: str = ""
+) -> float | None:
+    """A time to live: a number of ``unit`` in ``(0, maximum]`` as a
+    ``float``, or None (``none`` says what None means, in the message).
+
+    Compared before anything converts it, so ``nan``, ``±inf`` and an int
+    beyond a float's range are refused as out of range, not raised as
+    ``OverflowError``."""
+    if value is None:
+        return None
+    if not _is_number(value) or not 0 < value <= maximum:
+        raise InvalidInput(
+            f"{name} must be a number of {unit} in (0, {maximum:.0f}] or None{none}, "
+            f"got {shown(value)}"
+        )
     return float(value)
 
 
@@ -238,6 +263,15 @@ def check_time_ms(value: object, what: str) -> int | None:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
+
+
+def check_plain_json(name: str, value: object) -> None:
+    """``value`` holds plain JSON data that round-trips (the stored-value
+    rule: ``redismem.values``)."""
+    try:
+        check_json_value(value, name)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
 
 
 def check_tags(tags: object) -> dict[str, str]:

@@ -240,3 +240,56 @@ def test_the_checks_name_the_argument_and_print_any_int() -> None:
     with pytest.raises(InvalidInput, match="t must be a finite number of seconds >= 0"):
         check_seconds("t", -0.5)
     assert check_seconds("t", 0) == 0.0
+
+
+#: The adapters' ttl options (seconds; the LangGraph store's in minutes) and
+#: the LangGraph store's per-item ttl.
+ADAPTER_TTLS: dict[str, Callable[[Memory, Any], Any]] = {
+    "langchain": lambda m, v: _langchain().RedisMemChatMessageHistory(m, "s", ttl=v),
+    "langgraph": lambda m, v: _langgraph().RedisMemSaver(m, ttl=v),
+    "llamaindex": lambda m, v: _llamaindex().RedisMemChatStore(m, ttl=v),
+    "langgraph store": lambda m, v: _store().RedisMemStore(m, ttl={"default_ttl": v}),
+    "langgraph store put": lambda m, v: _store().RedisMemStore(m).aput(("u",), "k", {}, ttl=v),
+}
+
+
+def _langchain() -> Any:
+    return pytest.importorskip("redismem.adapters.langchain")
+
+
+def _langgraph() -> Any:
+    return pytest.importorskip("redismem.adapters.langgraph")
+
+
+def _llamaindex() -> Any:
+    return pytest.importorskip("redismem.adapters.llamaindex")
+
+
+def _store() -> Any:
+    return pytest.importorskip("redismem.adapters.langgraph_store")
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTER_TTLS))
+async def test_adapter_ttls_are_positive_finite_and_bounded(
+    make_memory: MemoryFactory, raw: Any, namespace: str, adapter: str
+) -> None:
+    """Each adapter's ttl goes through one check (``checks.check_ttl``): a
+    huge int was an ``OverflowError`` (from ``math.isfinite``) or a
+    ``ValueError`` (from printing it), not ``InvalidInput``."""
+    mem = await make_memory(index=False)
+    before = await snapshot(raw, f"*{namespace}*")
+    wrong = []
+    for value in [*BAD_NUMBERS, 0, -1, 10**12 * 60]:
+        try:
+            made = ADAPTER_TTLS[adapter](mem, value)
+            if asyncio.iscoroutine(made):
+                await made
+        except InvalidInput as exc:
+            if "ttl" not in str(exc):
+                wrong.append((value, exc))
+        except Exception as exc:
+            wrong.append((value, repr(exc)))
+        else:
+            wrong.append((value, "accepted"))
+    assert wrong == []
+    assert await snapshot(raw, f"*{namespace}*") == before

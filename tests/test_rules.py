@@ -31,8 +31,10 @@ from redismem.checks import (
     check_optional_callable,
     check_optional_int,
     check_optional_str,
+    check_plain_json,
     check_tags,
     check_text,
+    check_ttl,
     check_write_id,
     is_memory,
     new_write_id,
@@ -452,6 +454,23 @@ class _Strategy:
         (check_write_id, "x" * 129, "write_id must be 1-128 printable ASCII"),
         (check_write_id, 7, "write_id must be 1-128 printable ASCII"),
         (check_memory, "redis://", "expected a Memory, got str"),
+        (lambda v: check_int("n", v, minimum=1, maximum=9), 0, "n must be an int in [1, 9], got 0"),
+        (
+            lambda v: check_ttl("ttl", v, maximum=60),
+            10**400,
+            "ttl must be a number of seconds in (0, 60] or None, got an int of 1329 bits",
+        ),
+        (lambda v: check_ttl("t", v, maximum=60, unit="minutes"), 0, "t must be a number of min"),
+        (lambda v: check_ttl("t", v, maximum=9, none=" (keep)"), math.nan, "t must be a number of"),
+        (lambda v: check_ttl("t", v, maximum=9), -math.inf, "t must be a number of seconds"),
+        (
+            lambda v: check_ttl("t", v, maximum=9, none=" (keep)"),
+            "1",
+            "t must be a number of seconds in (0, 9] or None (keep), got '1'",
+        ),
+        (lambda v: check_ttl("t", v, maximum=9), True, "t must be a number of seconds in (0, 9]"),
+        (lambda v: check_plain_json("value", v), {"a": (1,)}, "value['a'] is a tuple (use a list)"),
+        (lambda v: check_plain_json("value", v), {1: 2}, "value has a key of type int"),
     ],
 )
 def test_checks_reject_with_a_message_naming_the_argument(
@@ -491,6 +510,10 @@ def test_checks_return_what_they_accept() -> None:
     assert check_tags(tags) == tags and check_tags(tags) is not tags
     assert check_tags(None) == {}
     assert check_write_id("retry-1") == "retry-1"
+    assert check_ttl("t", None, maximum=9) is None
+    assert check_ttl("t", 9, maximum=9) == 9.0 and isinstance(check_ttl("t", 9, maximum=9), float)
+    assert check_ttl("t", 0.001, maximum=9) == 0.001
+    check_plain_json("value", {"a": [1, 2.5, None, True, "x", {"b": {}}]})
     fresh = check_write_id(None)
     assert re.fullmatch(r"[0-9a-f]{32}", fresh) and fresh != new_write_id()
 

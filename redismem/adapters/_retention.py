@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from redismem.checks import check_ttl
 from redismem.config import MAX_TTL
-from redismem.errors import InvalidInput
 from redismem.models import Message
 
 if TYPE_CHECKING:
@@ -29,20 +28,8 @@ __all__ = ["read", "ttl_ms", "write"]
 
 def ttl_ms(ttl: object) -> int:
     """``ttl`` (seconds, or None: keep) as the scripts' milliseconds (0: keep)."""
-    if ttl is None:
-        return 0
-    limit = MAX_TTL.total_seconds()
-    if (
-        isinstance(ttl, bool)
-        or not isinstance(ttl, int | float)
-        or not math.isfinite(ttl)
-        or not 0 < ttl <= limit
-    ):
-        raise InvalidInput(
-            f"ttl must be a number of seconds in (0, {limit:.0f}] or None (keep until "
-            f"deleted), got {ttl!r}"
-        )
-    return max(1, round(ttl * 1000))
+    seconds = check_ttl("ttl", ttl, maximum=MAX_TTL.total_seconds(), none=" (keep until deleted)")
+    return 0 if seconds is None else max(1, round(seconds * 1000))
 
 
 async def write(

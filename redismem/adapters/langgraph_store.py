@@ -119,10 +119,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from redismem.adapters._sync import aclose_twin, close_twin, run_sync
-from redismem.checks import MAX_INT, check_int, check_memory
+from redismem.checks import (
+    MAX_INT,
+    check_int,
+    check_memory,
+    check_plain_json,
+    check_text,
+    check_ttl,
+)
 from redismem.errors import InvalidInput, MissingDependency
 from redismem.recall.embeddings import Embedder, cosine, quantize
-from redismem.values import INT_MAX, INT_MIN, check_json_value
+from redismem.values import INT_MAX, INT_MIN
 
 try:
     from langchain_core.embeddings import Embeddings
@@ -180,18 +187,7 @@ _QueryFn = Callable[[str], Awaitable[list[float]]]
 
 
 def _ttl_minutes(value: object, name: str) -> float | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= _MAX_TTL_MINUTES
-    ):
-        raise InvalidInput(
-            f"{name} must be a number of minutes in (0, {_MAX_TTL_MINUTES}] or None, got {value!r}"
-        )
-    return float(value)
+    return check_ttl(name, value, maximum=_MAX_TTL_MINUTES, unit="minutes")
 
 
 def _check_ttl_config(ttl: object) -> TTLConfig:
@@ -221,12 +217,6 @@ def _check_ttl_config(ttl: object) -> TTLConfig:
     return config
 
 
-def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidInput(f"key must be a non-empty str, got {key!r}")
-    return key
-
-
 def _check_namespace(namespace: object, name: str, *, allow_empty: bool = False) -> None:
     if not isinstance(namespace, tuple):
         raise InvalidInput(f"{name} must be a tuple of str labels, not {type(namespace).__name__}")
@@ -250,10 +240,7 @@ def _check_value(value: object) -> dict[str, Any]:
     plain = dict(value)
     if VECTORS_KEY in plain:
         raise InvalidInput(f"value uses the reserved key {VECTORS_KEY!r}")
-    try:
-        check_json_value(plain, "value")
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
+    check_plain_json("value", plain)
     return plain
 
 
@@ -614,7 +601,7 @@ class RedisMemStore(BaseStore):
             _check_put_namespace(op.namespace)
         if isinstance(op, GetOp | PutOp):
             _check_namespace(op.namespace, "namespace")
-            _check_key(op.key)
+            check_text("key", op.key)
         elif isinstance(op, SearchOp):
             _check_namespace(op.namespace_prefix, "namespace_prefix", allow_empty=True)
         else:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from redismem.checks import check_fraction, check_int
+from redismem.checks import check_bool, check_fraction, check_int
 from redismem.context.quoting import SUMMARY_LABEL, fence, new_marker, quote
 from redismem.context.tokens import fit_text, message_tokens
 from redismem.context.toolgroups import drop_orphan_tool_results
@@ -224,8 +224,7 @@ async def build_context(
     budget = check_int("max_tokens", max_tokens, minimum=1)
     recall_count = check_int("recall", recall, minimum=0)
     memory_count = check_int("memories", memories, minimum=0)
-    if not isinstance(user_profile, bool):
-        raise InvalidInput("user_profile must be a bool")
+    check_bool("user_profile", user_profile)
     ratio = check_fraction("history_ratio", history_ratio)
     tokenizer = memory.config.tokenizer
 

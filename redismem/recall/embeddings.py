@@ -27,6 +27,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from redismem.checks import check_int
 from redismem.errors import InvalidInput, MissingDependency
 from redismem.recall.terms import terms
 
@@ -49,9 +50,7 @@ class HashingEmbedder:
     normalised: deterministic and dependency-free."""
 
     def __init__(self, dim: int = 256) -> None:
-        if not isinstance(dim, int) or isinstance(dim, bool) or not 8 <= dim <= 4096:
-            raise InvalidInput(f"dim must be an int in [8, 4096], got {dim!r}")
-        self.dim = dim
+        self.dim = check_int("dim", dim, minimum=8, maximum=4096)
         self.model_id = f"hashing-{dim}"
 
     def _vector(self, text: str) -> list[float]:
