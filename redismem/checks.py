@@ -8,6 +8,12 @@ or a limit goes to a Lua script, which holds numbers as doubles, exact only
 up to there (a larger one reached Redis as ``9.2e+18`` and came back as an
 error reply). A number (a score, seconds) is finite: ``nan`` compares false
 with everything and ``inf`` is no bound a script can hold.
+
+A check used by more than one module lives here, and a module's own
+arguments are checked with these rather than by hand. Two rules live apart:
+what a free-form JSON value may hold (``redismem.values``, applied by the
+models and, for arguments, by ``check_plain_json``), and what a message is
+(``redismem.models``, whose validators apply it).
 """
 
 from __future__ import annotations

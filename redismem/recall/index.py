@@ -310,8 +310,7 @@ async def search(
     min_score: float | None,
 ) -> list[Hit]:
     """See ``Memory.search``."""
-    if query is not None and not isinstance(query, str):
-        raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+    check_optional_str("query", query)
     uid = validate_id(user_id, "user_id")
     limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
     min_score = check_optional_number("min_score", min_score)
