@@ -3,6 +3,8 @@ and which connection errors are retried."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import shutil
 import ssl
 import subprocess
@@ -15,9 +17,9 @@ import pytest
 import redis
 from helpers import free_port
 
-from redismem import BackendError, BackendUnavailable, ConfigurationError, Memory
-from redismem.core.connection import map_error, tls_failure
-from redismem.workers.connections import OutageRetry
+from redismem import BackendError, BackendUnavailable, ConfigurationError, InvalidInput, Memory
+from redismem.core.connection import RetryPolicy, map_error, tls_failure
+from redismem.workers.connections import outage_policy
 
 REDIS_BIN = shutil.which("redis-server")
 OPENSSL = shutil.which("openssl")
@@ -173,9 +175,9 @@ def test_which_tls_errors_are_configuration_errors() -> None:
 
 
 async def test_the_workers_pool_does_not_retry_a_tls_failure() -> None:
-    """``OutageRetry`` rides out outages for minutes, but a certificate that
-    fails verification fails at once."""
-    retry = OutageRetry(seconds=60)
+    """The workers' pool rides out outages for minutes, but a certificate
+    that fails verification fails at once."""
+    retry = outage_policy("rediss://h:1/0", seconds=60).for_redis_py()
     calls = 0
 
     async def untrusted() -> None:
@@ -203,3 +205,80 @@ async def test_the_workers_pool_does_not_retry_a_tls_failure() -> None:
     calls = 0
     assert await retry.call_with_retry(flaky, ignore) == "ok"
     assert calls == 3
+
+
+def _quick(*, retries: int | None = 3, within: float | None = None) -> RetryPolicy:
+    return RetryPolicy(
+        "redis://h:1/0", retries=retries, within=within, backoff_base=0.01, backoff_cap=0.02
+    )
+
+
+async def test_a_policy_bounded_by_time_retries_until_its_time_is_up() -> None:
+    """``within``: retries as many as fit, none starting later than
+    ``within`` seconds after the first failure; then the mapped error."""
+    policy = _quick(retries=None, within=0.3)
+    attempts = 0
+
+    async def unreachable() -> None:
+        nonlocal attempts
+        attempts += 1
+        raise redis.ConnectionError("Connection refused")
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BackendUnavailable) as caught:
+        await policy.run(unreachable)
+    took = loop.time() - started
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
+    # Waits of at most 0.02 s over 0.3 s: far more than 3 tries, and the
+    # last wait was cut to what was left.
+    assert attempts > 5
+    assert 0.3 <= took < 0.3 + 5.0
+    # A count bound still holds beside a time bound.
+    attempts = 0
+    with pytest.raises(BackendUnavailable):
+        await _quick(retries=2, within=60).run(unreachable)
+    assert attempts == 3
+
+
+def test_a_policy_that_would_never_give_up_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="retries or within"):
+        RetryPolicy("redis://h:1/0", retries=None)
+    outage = outage_policy("redis://h:1/0", seconds=300)
+    assert outage.bound() == float("inf")  # each attempt keeps its own time (sockets)
+    assert [outage.backoff(n) for n in range(1, 6)] == pytest.approx([0.2, 0.4, 0.8, 1.6, 2.0])
+    bounded = RetryPolicy("redis://h:1/0", attempt_timeout=1.0, retries=None, within=10.0)
+    assert bounded.bound() == pytest.approx(12.0)
+
+
+async def test_the_policy_as_redis_py_retry_keeps_redis_py_s_contract() -> None:
+    """redis-py hands its ``Retry`` the command and a failure handler (which
+    drops the connection), retries only its own errors, and deep-copies the
+    object per connection; what it raises in the end is redis-py's error."""
+    retry = copy.deepcopy(_quick(retries=2).for_redis_py())
+    failed: list[BaseException] = []
+
+    async def fail(error: BaseException) -> None:
+        failed.append(error)
+
+    async def reset() -> None:
+        raise redis.ConnectionError("Connection reset by peer")
+
+    with pytest.raises(redis.ConnectionError, match="reset by peer"):
+        await retry.call_with_retry(reset, fail)
+    assert len(failed) == 3  # every failed attempt, the last too
+
+    async def wrong_type() -> None:
+        raise redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
+
+    failed.clear()
+    with pytest.raises(redis.ResponseError):  # not redis-py's to retry: raised at once
+        await retry.call_with_retry(wrong_type, fail)
+    assert failed == []
+
+    async def refused_password() -> None:
+        raise redis.AuthenticationError("invalid username-password pair")
+
+    with pytest.raises(redis.AuthenticationError):  # a ConnectionError, yet never retried
+        await retry.call_with_retry(refused_password, fail)
+    assert len(failed) == 1

@@ -7,13 +7,17 @@ password and a db number go to redis-py. ``memory://`` (optionally
 shared by every client of this process that names it. Its data lives only in
 this process.
 
-Retries live here and only here (``RetryPolicy``): the redis-py clients we open
-never re-send a command themselves. A call is attempted at most
-``retries + 1`` times, each attempt limited to ``attempt_timeout`` seconds
-(connecting included), with capped exponential backoff in between, so every
-call ends, with a result or an error, within ``RetryPolicy.bound()`` seconds
-however long Redis stalls. Only errors that say the server could not be
-reached or did not answer in time are retried (a connection lost while a
+Retries live here and only here: ``RetryPolicy`` is the one retry type, with
+its backoff, used by the client's calls, by the hot path's multiplexed
+connections (``redismem.core.transport``, through ``run_until``) and by the
+workers' queue pool (as redis-py's ``Retry``, ``for_redis_py``). The redis-py
+clients the library opens never re-send a command otherwise. A call is
+attempted at most ``retries + 1`` times (or, for the workers riding out an
+outage, for a bounded time), each attempt limited to ``attempt_timeout``
+seconds (connecting included), with capped exponential backoff in between,
+so every call ends, with a result or an error, within ``RetryPolicy.bound()``
+seconds however long Redis stalls. Only errors that say the server could not
+be reached or did not answer in time are retried (a connection lost while a
 transaction watched keys too); a retried script must therefore be
 idempotent (the session scripts are: see ``redismem/lua/``). A TLS certificate
 that fails verification is a ``ConfigurationError``, raised at once.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +37,9 @@ from typing import Any, Self, TypeVar
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 
 from redismem.core.urls import RedisTarget, describe_url, parse_url
 from redismem.errors import (
@@ -198,7 +205,7 @@ class _Cluster(RedisCluster):
     (re)initialization. A connection error also makes redis-py close every
     node's connections, under the feet of other calls in flight, which then
     fail with ``AttributeError``; those are reported as the connection
-    errors they are, for the call policy to retry.
+    errors they are, for the retry policy to retry.
     """
 
     def __init__(self, seeds: tuple[tuple[str, int], ...], **options: Any) -> None:
@@ -357,13 +364,34 @@ def redis_errors(url: str) -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How one call to Redis is attempted (see the module docstring)."""
+    """How a call to Redis is attempted: redismem's one retry type, used by the
+    client's calls, the hot path's multiplexed connections (``run_until``) and,
+    through ``for_redis_py``, the workers' queue pool.
+
+    A call is attempted, then retried while what failed is a
+    ``BackendUnavailable`` (see ``map_error``: the server could not be reached
+    or did not answer in time), at most ``retries`` times and, with
+    ``within``, only while less than ``within`` seconds have passed since the
+    first failure (a wait is cut to what is left). Between attempts it waits
+    ``backoff_base`` seconds, doubling after each failure up to
+    ``backoff_cap``. Each attempt is cut off after ``attempt_timeout``
+    seconds (None: the attempt keeps its own time, e.g. redis-py's socket
+    timeouts). Anything else raises at once. A call therefore ends within
+    ``bound()`` seconds, and whatever is retried must be idempotent.
+    """
 
     url: str
-    attempt_timeout: float = 5.0
-    retries: int = 3
+    attempt_timeout: float | None = 5.0
+    #: Retries after the first attempt; None: as many as ``within`` allows.
+    retries: int | None = 3
     backoff_base: float = 0.1
     backoff_cap: float = 2.0
+    #: Seconds after the first failure past which no retry starts; None: no limit.
+    within: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.retries is None and self.within is None:
+            raise InvalidInput("a retry policy needs retries or within (else it never gives up)")
 
     def for_url(self, url: str) -> RetryPolicy:
         """The same policy for another server (e.g. the queue's)."""
@@ -374,9 +402,24 @@ class RetryPolicy:
         return float(min(self.backoff_cap, self.backoff_base * 2 ** (failures - 1)))
 
     def bound(self) -> float:
-        """Longest time a call can take, in seconds."""
-        waits = sum(self.backoff(n) for n in range(1, self.retries + 1))
-        return (self.retries + 1) * self.attempt_timeout + waits
+        """Longest time a call can take, in seconds (``inf`` when an attempt
+        has no time limit of its own)."""
+        attempt = math.inf if self.attempt_timeout is None else self.attempt_timeout
+        bound = math.inf
+        if self.retries is not None:
+            waits = sum(self.backoff(n) for n in range(1, self.retries + 1))
+            bound = (self.retries + 1) * attempt + waits
+        if self.within is not None:
+            # The first attempt, the retries started within ``within`` of its
+            # failure, the last of them.
+            bound = min(bound, 2 * attempt + self.within)
+        return bound
+
+    def deadline(self) -> float:
+        """The loop time by which an attempt starting now must end."""
+        if self.attempt_timeout is None:
+            return math.inf
+        return asyncio.get_running_loop().time() + self.attempt_timeout
 
     async def run(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """Await ``attempt()`` until it succeeds, retrying what a retry may fix;
@@ -391,10 +434,6 @@ class RetryPolicy:
 
         return await self.run_until(timed)
 
-    def deadline(self) -> float:
-        """The loop time by which an attempt starting now must end."""
-        return asyncio.get_running_loop().time() + self.attempt_timeout
-
     async def run_until(
         self, attempt: Callable[[float], Awaitable[T]], *, first: Awaitable[T] | None = None
     ) -> T:
@@ -405,23 +444,115 @@ class RetryPolicy:
         ``first``: the first attempt, already under way (started with
         ``deadline()``); retries call ``attempt``.
         """
+        try:
+            if first is not None:
+                return await first
+            return await attempt(self.deadline())
+        except Exception as exc:
+            failure: Exception = exc
+        return await self._retried(attempt, failure, Exception, None, mapped=True)
+
+    async def rerun(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        errors: tuple[type[BaseException], ...],
+        after_failure: Callable[[Any], Awaitable[object]] | None = None,
+    ) -> T:
+        """``run`` on redis-py's terms, for ``for_redis_py``: only ``errors``
+        are retried (those redis-py hands its retry: connection errors and
+        timeouts; of them, what ``run`` would retry), ``after_failure`` is
+        awaited after each failed attempt (redis-py drops the connection
+        there), and the last error is raised as it came (arq, calling
+        redis-py, catches redis-py's types)."""
+
+        async def timed(_deadline: float) -> T:
+            async with asyncio.timeout(self.attempt_timeout):
+                return await attempt()
+
+        try:
+            return await timed(0.0)
+        except errors as exc:
+            failure: BaseException = exc
+        return await self._retried(timed, failure, errors, after_failure, mapped=False)
+
+    async def _retried(
+        self,
+        attempt: Callable[[float], Awaitable[T]],
+        failure: BaseException,
+        errors: type[BaseException] | tuple[type[BaseException], ...],
+        after_failure: Callable[[Any], Awaitable[object]] | None,
+        *,
+        mapped: bool,
+    ) -> T:
+        """The retries after a first attempt failed with ``failure``."""
         loop = asyncio.get_running_loop()
+        since = loop.time()
         failures = 0
         while True:
+            error = map_error(failure, self.url)
+            if error is None or error is failure:
+                raise failure
+            failures += 1
+            if after_failure is not None:
+                await after_failure(failure)
+            wait = self._wait(failures, loop.time() - since)
+            if wait is None or not isinstance(error, BackendUnavailable):
+                if mapped:
+                    raise error from failure
+                raise failure
+            self._log_retry(failures, error, since + (self.within or 0.0) - loop.time())
+            await asyncio.sleep(wait)
             try:
-                if first is not None:
-                    started, first = first, None
-                    return await started
-                return await attempt(loop.time() + self.attempt_timeout)
-            except Exception as exc:
-                error = map_error(exc, self.url)
-                if error is None or error is exc:
-                    raise
-                failures += 1
-                if not isinstance(error, BackendUnavailable) or failures > self.retries:
-                    raise error from exc
-                logger.debug("attempt %d failed, retrying: %s", failures, error)
-            await asyncio.sleep(self.backoff(failures))
+                result = await attempt(self.deadline())
+            except errors as exc:
+                failure = exc
+                continue
+            if self.within is not None:
+                logger.info("Redis is back after %d failed tries", failures)
+            return result
+
+    def _wait(self, failures: int, elapsed: float) -> float | None:
+        """Seconds to wait before the next attempt, None to give up."""
+        if self.retries is not None and failures > self.retries:
+            return None
+        backoff = self.backoff(failures)
+        if self.within is None:
+            return backoff
+        left = self.within - elapsed
+        return min(backoff, left) if left > 0 else None
+
+    def _log_retry(self, failures: int, error: RedisMemError, left: float) -> None:
+        """A short retry is routine (debug); riding out an outage is worth a
+        warning now and then."""
+        if self.within is None:
+            logger.debug("attempt %d failed, retrying: %s", failures, error)
+        elif failures in (1, 10) or failures % 100 == 0:
+            logger.warning("%s; retrying for up to %.0f s more", error, left)
+
+    def for_redis_py(self) -> Retry:
+        """This policy as redis-py's ``Retry``, for a client that re-sends a
+        command itself (``open_redis(..., retry=...)``): the workers' queue
+        pool, whose commands arq sends."""
+        return _RedisPyRetry(self)
+
+
+class _RedisPyRetry(Retry):
+    """redis-py's ``Retry`` interface over a ``RetryPolicy`` (its own backoff
+    and count are unused: the policy decides and waits)."""
+
+    __slots__ = ("policy",)
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        super().__init__(NoBackoff(), retries=-1)
+        # redis-py maps a refused connect (OSError) only after its retry loop.
+        self.update_supported_errors([OSError])
+        self.policy = policy
+
+    async def call_with_retry(
+        self, do: Callable[[], Awaitable[T]], fail: Callable[[Any], Any]
+    ) -> T:
+        return await self.policy.rerun(do, errors=self._supported_errors, after_failure=fail)
 
 
 #: Keys asked for per SCAN call.

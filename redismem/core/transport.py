@@ -15,7 +15,9 @@ its result while Redis runs the script; a reply resumes its task at once
 
 Errors are redis-py's own exception types (replies are classified by
 redis-py's parser), so ``connection.map_error`` and ``RetryPolicy`` treat
-both paths alike. The link never retries by itself. Each call carries a
+both paths alike. Nothing here retries: ``RetryPolicy`` does, for both paths
+(``MultiplexedCluster`` follows ``MOVED``/``ASK`` redirects, as redis-py does:
+a redirected call did not run). Each call carries a
 deadline (``RetryPolicy.run_until``), checked by one timer per connection
 rather than one per call: a call past its deadline, or one cancelled while
 its reply is outstanding, drops the connection, every call still waiting

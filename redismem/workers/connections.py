@@ -1,10 +1,14 @@
 """The worker's Redis connections, which ride out outages.
 
-The worker's arq pool retries connection errors and timeouts with capped
-exponential backoff for up to ``OUTAGE_S`` seconds (``OutageRetry``), so a
-Redis restart or failover only pauses the worker; past that it gives up (and
-its supervisor restarts it). Refused credentials and a TLS certificate that
-fails verification are never retried.
+The worker's arq pool retries connection errors and timeouts under
+``outage_policy``: the library's ``RetryPolicy``, bounded by time rather than
+tries (capped exponential backoff, 0.2 s doubling to 2 s, for up to
+``OUTAGE_S`` seconds after the first failure), given to redis-py as its
+``Retry``. A Redis restart or failover only pauses the worker; past that it
+gives up (and its supervisor restarts it). Refused credentials and a TLS
+certificate that fails verification are never retried. The pool also
+retries taking a connection, so a reset during a handshake in arq's poll
+loop only delays the poll.
 
 Three resets are not retried by redis-py, and arq 0.28 lets them end the
 worker: a connection lost while arq watches a job's in-progress key
@@ -15,31 +19,24 @@ arq's ``Worker.start_jobs`` (the job's slot is given back; the job stays
 queued and the next poll starts it), ``Worker.run_cron`` (the tick is
 skipped; the next one enqueues) and ``Worker.run_job`` (the job's
 in-progress key expires and arq runs it again; our jobs are idempotent).
-The worker's own pool (``queue_pool``) also retries taking a connection, so
-a reset during a handshake in arq's poll loop only delays the poll.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import arq.worker
 import redis.exceptions as rexc
 from arq.connections import ArqRedis, RedisSettings
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 
 from redismem.config import check_queue_url
-from redismem.core.connection import open_redis, redis_errors, tls_failure
+from redismem.core.connection import RetryPolicy, open_redis
 from redismem.core.queue import pack_job, unpack_job
 from redismem.core.urls import parse_url
 from redismem.errors import BackendUnavailable
 
-__all__ = ["OUTAGE_S", "OutageRetry", "queue_pool", "redis_settings", "wait_for_redis"]
+__all__ = ["OUTAGE_S", "outage_policy", "queue_pool", "redis_settings", "wait_for_redis"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,50 +44,15 @@ logger = logging.getLogger(__name__)
 #: exiting, for its supervisor to restart it).
 OUTAGE_S = 300.0
 
-T = TypeVar("T")
 
-
-class OutageRetry(Retry):
-    """redis-py ``Retry`` bounded by time rather than tries: connection errors
-    (refused connects too) and timeouts are retried with capped exponential
-    backoff (0.2 s doubling to 2 s) for up to ``seconds``. Refused credentials
-    and TLS failures (``connection.tls_failure``) are not retried."""
-
-    __slots__ = ("_seconds",)
-
-    def __init__(self, seconds: float = OUTAGE_S) -> None:
-        super().__init__(ExponentialBackoff(cap=2.0, base=0.1), retries=-1)
-        # redis-py maps a refused connect (OSError) only after its retry loop.
-        self.update_supported_errors([OSError])
-        self._seconds = seconds
-
-    async def call_with_retry(
-        self, do: Callable[[], Awaitable[T]], fail: Callable[[rexc.RedisError], Any]
-    ) -> T:
-        deadline = time.monotonic() + self._seconds
-        failures = 0
-        while True:
-            try:
-                result = await do()
-            except self._supported_errors as error:
-                failures += 1
-                await fail(error)
-                remaining = deadline - time.monotonic()
-                if (
-                    isinstance(error, rexc.AuthenticationError)
-                    or tls_failure(error) is not None
-                    or remaining <= 0
-                ):
-                    raise
-                if failures in (1, 10) or failures % 100 == 0:
-                    logger.warning(
-                        "Redis unavailable (%s); retrying for up to %.0f s more", error, remaining
-                    )
-                await asyncio.sleep(min(self._backoff.compute(failures), remaining))
-                continue
-            if failures:
-                logger.info("Redis is back after %d failed tries", failures)
-            return result
+def outage_policy(url: str, seconds: float = OUTAGE_S) -> RetryPolicy:
+    """The worker's retry policy on ``url``: retries for up to ``seconds``
+    after the first failure, however many tries that takes, backing off
+    from 0.2 s to 2 s. An attempt keeps its own time (the pool's socket
+    timeouts)."""
+    return RetryPolicy(
+        url, attempt_timeout=None, retries=None, within=seconds, backoff_base=0.2, backoff_cap=2.0
+    )
 
 
 _arq_start_jobs = arq.worker.Worker.start_jobs
@@ -152,10 +114,10 @@ def redis_settings(url: str) -> RedisSettings:
         )
     else:
         settings = RedisSettings.from_dsn(url)
-    settings.retry = OutageRetry()
+    settings.retry = outage_policy(url).for_redis_py()
     settings.retry_on_error = [rexc.ConnectionError, rexc.TimeoutError]
     settings.retry_on_timeout = True
-    settings.conn_retries = 0  # OutageRetry already waits
+    settings.conn_retries = 0  # the policy already waits
     return settings
 
 
@@ -163,16 +125,17 @@ def queue_pool(url: str, queue: str) -> ArqRedis:
     """The worker's arq pool on ``url`` (one server or a Sentinel's master):
     msgpack jobs, bounded socket waits, connection errors retried for up to
     ``OUTAGE_S``."""
+    policy = outage_policy(url)
     base = open_redis(
         check_queue_url(url),
         connect_timeout=2.0,
-        retry=OutageRetry(),
+        retry=policy.for_redis_py(),
         retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
         socket_timeout=10.0,
         socket_keepalive=True,
     )
     pool = base.connection_pool
-    _retry_connects(pool, OutageRetry())
+    _retry_connects(pool, policy)
     return ArqRedis(
         connection_pool=pool,
         job_serializer=pack_job,
@@ -181,7 +144,7 @@ def queue_pool(url: str, queue: str) -> ArqRedis:
     )
 
 
-def _retry_connects(pool: Any, retry: OutageRetry) -> None:
+def _retry_connects(pool: Any, policy: RetryPolicy) -> None:
     """Make ``pool`` ride out a reset during a new connection's handshake.
 
     redis-py retries a command on a connection it already has, but takes the
@@ -193,33 +156,33 @@ def _retry_connects(pool: Any, retry: OutageRetry) -> None:
     take = pool.get_connection
 
     async def get_connection(*args: Any, **kwargs: Any) -> Any:
-        return await retry.call_with_retry(lambda: take(*args, **kwargs), _ignore)
+        return await policy.rerun(lambda: take(*args, **kwargs), errors=_CONNECT_ERRORS)
 
     pool.get_connection = get_connection
 
 
-async def _ignore(error: BaseException) -> None:
-    return None
+#: What a failed connect raises (redis-py maps a refused connect, an
+#: ``OSError``, only after its own retry loop).
+_CONNECT_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, OSError)
 
 
 async def wait_for_redis(url: str, seconds: float) -> None:
-    """Return once Redis at ``url`` answers PING. ``BackendUnavailable`` after
-    ``seconds`` of trying; ``BackendError`` at once for refused credentials,
-    ``ConfigurationError`` for a TLS certificate that fails verification."""
-    deadline = time.monotonic() + seconds
-    warned = False
-    while True:
+    """Return once Redis at ``url`` answers PING, asking once a second.
+    ``BackendUnavailable`` after ``seconds`` of trying; ``BackendError`` at
+    once for refused credentials, ``ConfigurationError`` for a TLS
+    certificate that fails verification."""
+    policy = RetryPolicy(
+        url, attempt_timeout=None, retries=None, within=seconds, backoff_base=1.0, backoff_cap=1.0
+    )
+
+    async def ping() -> None:
         client = open_redis(url, connect_timeout=2.0, socket_timeout=5.0)
         try:
-            with redis_errors(url):
-                await client.ping()
-            return
-        except BackendUnavailable as exc:
-            if time.monotonic() + 1.0 > deadline:
-                raise BackendUnavailable(f"{exc} (waited {seconds:g} s)") from exc
-            if not warned:
-                logger.warning("%s; waiting up to %g s", exc, seconds)
-                warned = True
+            await client.ping()
         finally:
             await client.aclose()
-        await asyncio.sleep(1.0)
+
+    try:
+        await policy.run(ping)
+    except BackendUnavailable as exc:
+        raise BackendUnavailable(f"{exc} (waited {seconds:g} s)") from exc
