@@ -8,17 +8,8 @@ tries (capped exponential backoff, 0.2 s doubling to 2 s, for up to
 gives up (and its supervisor restarts it). Refused credentials and a TLS
 certificate that fails verification are never retried. The pool also
 retries taking a connection, so a reset during a handshake in arq's poll
-loop only delays the poll.
-
-Three resets are not retried by redis-py, and arq 0.28 lets them end the
-worker: a connection lost while arq watches a job's in-progress key
-(``WatchError``, the watch being gone), the same while it enqueues a cron
-job, and one lost during a new connection's handshake inside a job's
-bookkeeping (``ConnectionError`` from the pool). Importing this module wraps
-arq's ``Worker.start_jobs`` (the job's slot is given back; the job stays
-queued and the next poll starts it), ``Worker.run_cron`` (the tick is
-skipped; the next one enqueues) and ``Worker.run_job`` (the job's
-in-progress key expires and arq runs it again; our jobs are idempotent).
+loop only delays the poll. The resets arq itself lets end a worker are
+ridden out by ``redismem.workers.run.MemoryWorker``.
 """
 
 from __future__ import annotations
@@ -26,7 +17,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import arq.worker
 import redis.exceptions as rexc
 from arq.connections import ArqRedis, RedisSettings
 
@@ -53,49 +43,6 @@ def outage_policy(url: str, seconds: float = OUTAGE_S) -> RetryPolicy:
     return RetryPolicy(
         url, attempt_timeout=None, retries=None, within=seconds, backoff_base=0.2, backoff_cap=2.0
     )
-
-
-_arq_start_jobs = arq.worker.Worker.start_jobs
-
-
-async def _start_jobs_riding_out_resets(self: arq.worker.Worker, job_ids: list[bytes]) -> None:
-    try:
-        await _arq_start_jobs(self, job_ids)
-    except rexc.WatchError:
-        # Lost while arq held a slot for the job it was checking (semaphore
-        # and counter taken, job not started): give the slot back. The job,
-        # and the ones after it, stay queued for the next poll.
-        logger.warning("connection lost while starting a job; it stays queued for the next poll")
-        self.job_counter -= 1
-        self.sem.release()
-
-
-_arq_run_job = arq.worker.Worker.run_job
-
-
-async def _run_job_riding_out_resets(self: arq.worker.Worker, job_id: str, score: int) -> None:
-    try:
-        await _arq_run_job(self, job_id, score)
-    except (rexc.ConnectionError, rexc.TimeoutError) as exc:
-        logger.warning("connection lost around job %s (%s); arq runs it again later", job_id, exc)
-
-
-_arq_run_cron = arq.worker.Worker.run_cron
-
-
-async def _run_cron_riding_out_resets(self: arq.worker.Worker, *args: Any, **kwargs: Any) -> None:
-    try:
-        await _arq_run_cron(self, *args, **kwargs)
-    except (rexc.WatchError, rexc.ConnectionError, rexc.TimeoutError) as exc:
-        # Lost while arq enqueued a cron job (the reconcile sweep) under a
-        # WATCH: that tick is skipped; the sweep runs again next period.
-        logger.warning("connection lost while enqueueing a cron job (%s); next tick retries", exc)
-
-
-if getattr(arq.worker.Worker.start_jobs, "__name__", "") != _start_jobs_riding_out_resets.__name__:
-    arq.worker.Worker.start_jobs = _start_jobs_riding_out_resets  # type: ignore[method-assign]
-    arq.worker.Worker.run_job = _run_job_riding_out_resets  # type: ignore[method-assign]
-    arq.worker.Worker.run_cron = _run_cron_riding_out_resets  # type: ignore[method-assign]
 
 
 def redis_settings(url: str) -> RedisSettings:

@@ -21,6 +21,7 @@ from arq.connections import log_redis_info
 
 from redismem.config import EMBEDDED_URL, WorkerConfig
 from redismem.core.queue import arq_pool
+from redismem.workers.run import MemoryWorker
 from redismem.workers.settings import worker_settings
 
 __all__ = ["InProcessWorker"]
@@ -72,7 +73,7 @@ class InProcessWorker:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._worker = arq.worker.Worker(
+        self._worker = MemoryWorker(
             **worker_settings(self.config),
             redis_pool=arq_pool(self.config.queue_url),
             handle_signals=False,

@@ -1,25 +1,46 @@
-"""``redismem worker``: run one worker, riding out Redis outages.
+"""Running a worker: ``MemoryWorker`` (arq's ``Worker``, riding out
+connection resets) and ``redismem worker`` (``serve``).
+
+Three resets are not retried by redis-py, and arq 0.28 lets them end a
+worker: a connection lost while arq watches a job's in-progress key
+(``WatchError``, the watch being gone), the same while it enqueues a cron
+job, and one lost during a new connection's handshake inside a job's
+bookkeeping (``ConnectionError`` from the pool). ``MemoryWorker`` overrides
+``start_jobs`` (the job's slot is given back; the job stays queued and the
+next poll starts it), ``run_cron`` (the tick is skipped; the next one
+enqueues) and ``run_job`` (the job's in-progress key expires and arq runs it
+again; our jobs are idempotent). arq's own ``Worker`` is left as it is.
 
 ``serve`` waits (a bounded time) for Redis at start-up, fails at once on
-refused credentials or an invalid URL, and restarts its arq worker in place if
-a connection error still escapes arq's loop (its pool already retries for up
+refused credentials or an invalid URL, and restarts its worker in place if a
+connection error still escapes arq's loop (its pool already retries for up
 to ``OUTAGE_S``, see ``connections.py``). Run workers under a supervisor
 anyway: past ``OUTAGE_S`` they exit.
+
+arq's own CLI (``arq redismem.workers.WorkerSettings``, ``arq
+workers.WorkerSettings`` from a checkout) builds the ``Worker`` class it
+imports and takes no other: when it looks ``WorkerSettings`` up,
+``use_in_arq_cli`` points that CLI's runner at ``MemoryWorker``
+(``arq.cli.run_worker`` and ``create_worker``, nothing else), so both
+commands run the same worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+from datetime import datetime
+from typing import Any
 
 import redis.exceptions as rexc
-from arq.worker import Worker, create_worker
+from arq.worker import Worker, get_kwargs
 
 from redismem.config import WorkerConfig, check_url
 from redismem.workers.connections import OUTAGE_S, queue_pool, wait_for_redis
 from redismem.workers.settings import worker_settings
 
-__all__ = ["CLOSE_TIMEOUT_S", "serve"]
+__all__ = ["CLOSE_TIMEOUT_S", "MemoryWorker", "create_worker", "serve", "use_in_arq_cli"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +50,67 @@ CLOSE_TIMEOUT_S = 5.0
 # Connection trouble the worker restarts on (a WatchError escapes arq when the
 # connection drops while a job start is being watched).
 _CONNECTION_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, rexc.WatchError, OSError)
+
+
+class MemoryWorker(Worker):
+    """arq's ``Worker``, riding out the connection resets arq lets end it
+    (see the module docstring). Built from the same keyword arguments
+    (``worker_settings(config)`` and a Redis pool)."""
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        try:
+            await super().start_jobs(job_ids)
+        except rexc.WatchError:
+            # Lost while arq held a slot for the job it was checking (semaphore
+            # and counter taken, job not started): give the slot back. The job,
+            # and the ones after it, stay queued for the next poll.
+            logger.warning(
+                "connection lost while starting a job; it stays queued for the next poll"
+            )
+            self.job_counter -= 1
+            self.sem.release()
+
+    async def run_job(self, job_id: str, score: int) -> None:
+        try:
+            await super().run_job(job_id, score)
+        except (rexc.ConnectionError, rexc.TimeoutError) as exc:
+            logger.warning(
+                "connection lost around job %s (%s); arq runs it again later", job_id, exc
+            )
+
+    async def run_cron(self, n: datetime, delay: float, num_windows: int = 2) -> None:
+        try:
+            await super().run_cron(n, delay, num_windows)
+        except (rexc.WatchError, rexc.ConnectionError, rexc.TimeoutError) as exc:
+            # Lost while arq enqueued a cron job (the reconcile sweep) under a
+            # WATCH: that tick is skipped; the sweep runs again next period.
+            logger.warning(
+                "connection lost while enqueueing a cron job (%s); next tick retries", exc
+            )
+
+
+def create_worker(settings_cls: Any, **kwargs: Any) -> MemoryWorker:
+    """arq's ``create_worker``, building a ``MemoryWorker``."""
+    return MemoryWorker(**{**get_kwargs(settings_cls), **kwargs})
+
+
+def _run_worker(settings_cls: Any, **kwargs: Any) -> MemoryWorker:
+    """arq's ``run_worker``, running a ``MemoryWorker``."""
+    worker = create_worker(settings_cls, **kwargs)
+    worker.run()
+    return worker
+
+
+def use_in_arq_cli() -> None:
+    """When arq's CLI runs this process (``arq ...WorkerSettings``), make it
+    build a ``MemoryWorker``: arq offers no setting for the class, so its
+    CLI's two runner functions are pointed at ours. Nothing else changes, and
+    nothing at all outside arq's CLI."""
+    cli = sys.modules.get("arq.cli")
+    if cli is None:
+        return
+    cli.run_worker = _run_worker  # type: ignore[attr-defined]
+    cli.create_worker = create_worker  # type: ignore[attr-defined]
 
 
 async def _close(worker: Worker) -> None:
@@ -55,8 +137,8 @@ async def serve(config: WorkerConfig, *, burst: bool = False, wait: float = 30.0
     for url in servers:
         await wait_for_redis(url, wait)
     while True:
-        worker = create_worker(
-            worker_settings(config),
+        worker = MemoryWorker(
+            **worker_settings(config),
             redis_pool=queue_pool(config.queue_url, config.queue_name),
             burst=burst,
         )
