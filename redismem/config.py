@@ -3,7 +3,9 @@
 ``MemoryConfig`` holds every option ``Memory.connect`` takes; ``WorkerConfig``
 every setting of a summarization worker. Build them from keyword arguments or
 from the environment (``from_env``, read when called, never at import; the
-variables are parsed in ``env.py``), keyword arguments winning.
+variables are parsed in ``env.py``), keyword arguments winning. Plug-ins
+(summarizers, extractors, consolidators, embedders) are named here and
+resolved through ``plugins.py``, which imports one only when it is used.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from redismem import env
+from redismem import env, plugins
 from redismem.checks import check_int, check_optional_int, shown
 from redismem.context.tokens import estimate_tokens
 from redismem.core.connection import RetryPolicy
@@ -24,10 +26,10 @@ from redismem.core.keys import KeyLayout
 from redismem.core.queue import DEFAULT_QUEUE_NAME
 from redismem.core.urls import describe_url, parse_url
 from redismem.errors import InvalidInput
-from redismem.longterm.consolidation import consolidator_from_env
-from redismem.longterm.extraction.extractors import extractor_from_env
-from redismem.recall.embeddings import Embedder, resolve_embedder
-from redismem.summarization.summarizers import KeyPointsSummarizer, Summarizer, summarizer_from_env
+
+if TYPE_CHECKING:
+    from redismem.recall.embeddings import Embedder
+    from redismem.summarization.summarizers import Summarizer
 
 __all__ = [
     "DEFAULT_TTL",
@@ -145,7 +147,7 @@ class MemoryConfig:
         object.__setattr__(self, "layout", KeyLayout(self.namespace))
         object.__setattr__(self, "ttl_ms", _ttl_ms(self.ttl))
         object.__setattr__(self, "memory_ttl_ms", _ttl_ms(self.memory_ttl))
-        object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
+        object.__setattr__(self, "embedder_object", plugins.embedder(self.embedder))
         if self.recall_ttl == SAME_AS_TTL:
             object.__setattr__(self, "recall_ttl_ms", self.ttl_ms)
         elif isinstance(self.recall_ttl, str):
@@ -282,14 +284,14 @@ _WORKER_ENV: dict[str, Callable[[Mapping[str, str] | None], Any]] = {
     "queue_name": lambda e: env.text("REDISMEM_QUEUE_NAME", e),
     "name": lambda e: env.text("REDISMEM_WORKER_NAME", e),
     "namespaces": lambda e: env.words("REDISMEM_NAMESPACE", e),
-    "summarizer": summarizer_from_env,
+    "summarizer": plugins.SUMMARIZERS.from_env,
     "summarizer_timeout": lambda e: env.seconds("REDISMEM_SUMMARIZER_TIMEOUT", e),
     "job_timeout": lambda e: _whole_seconds(env.seconds("REDISMEM_JOB_TIMEOUT", e)),
     "sweep_seconds": lambda e: _whole_seconds(env.seconds("REDISMEM_SWEEP_SECONDS", e)),
     "sweep_grace": lambda e: env.seconds("REDISMEM_SWEEP_GRACE", e, zero=True),
-    "embedder": lambda e: env.choice("REDISMEM_EMBEDDER", ("none", "hashing", "minilm"), e),
-    "extractor": extractor_from_env,
-    "consolidator": consolidator_from_env,
+    "embedder": lambda e: env.choice("REDISMEM_EMBEDDER", plugins.EMBEDDERS.names(), e),
+    "extractor": plugins.EXTRACTORS.from_env,
+    "consolidator": plugins.CONSOLIDATORS.from_env,
     "extract_quiet": lambda e: env.seconds("REDISMEM_EXTRACT_QUIET", e, zero=True),
 }
 
@@ -309,7 +311,7 @@ class WorkerConfig:
     name: str = ""
     #: Namespaces the reconcile sweep covers.
     namespaces: tuple[str, ...] = ("redismem",)
-    summarizer: Summarizer = field(default_factory=KeyPointsSummarizer)
+    summarizer: Summarizer = field(default_factory=lambda: plugins.SUMMARIZERS.create("keypoints"))
     #: Seconds one summarizer call may take.
     summarizer_timeout: float = 30.0
     #: arq's timeout of a job, whole seconds: a crashed worker's job re-runs
@@ -324,7 +326,7 @@ class WorkerConfig:
     embedder: Any = None
     embedder_object: Embedder | None = field(init=False, repr=False, default=None)
     #: Knowledge: what extracts them from indexed sessions (a
-    #: ``redismem.longterm.extraction.extractors.Extractor``); None: no extraction.
+    #: ``redismem.longterm.extraction.Extractor``); None: no extraction.
     extractor: Any = None
     #: Seconds a session must be quiet (no write) before its new messages are
     #: extracted, so a burst is extracted once.
@@ -355,9 +357,9 @@ class WorkerConfig:
                     f"queue name {self.queue_name!r} lies inside namespace {namespace!r}: "
                     "clear_all() would delete the queue; choose another name"
                 )
-        if not isinstance(self.summarizer, Summarizer):
+        if not callable(getattr(self.summarizer, "summarize", None)):
             raise InvalidInput("summarizer must have an async summarize(previous, messages)")
-        object.__setattr__(self, "embedder_object", resolve_embedder(self.embedder))
+        object.__setattr__(self, "embedder_object", plugins.embedder(self.embedder))
         if self.extractor is not None and not (
             callable(getattr(self.extractor, "extract", None))
             and isinstance(getattr(self.extractor, "name", None), str)

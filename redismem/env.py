@@ -6,8 +6,8 @@ optional mapping, ``os.environ`` by default, looked up at the call (never at
 import). An unset or empty variable reads as None, so the caller's default
 applies; a value that does not parse raises ``InvalidInput`` naming the
 variable. The settings objects built from them live in ``config.py``
-(``MemoryConfig.from_env``, ``WorkerConfig.from_env``), ``summarizers.py``
-(``summarizer_from_env``), ``extractors.py`` (``extractor_from_env``) and
+(``MemoryConfig.from_env``, ``WorkerConfig.from_env``), ``plugins.py`` (the
+summarizer, extractor, consolidator and embedder a variable names) and
 ``llm.py`` (``chat_endpoint_from_env``).
 """
 

@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast, get_args, runtime_checkable
 
-from redismem import env as environment
+from redismem import plugins
 from redismem.context.quoting import fence
 from redismem.errors import ExtractorError, InvalidInput
-from redismem.llm import ChatEndpoint, chat_endpoint_from_env
+from redismem.llm import ChatEndpoint
 from redismem.longterm.records import Fact, MemoryRecord, Relationship
 
 __all__ = [
@@ -193,7 +193,5 @@ def consolidator_from_env(env: Mapping[str, str] | None = None) -> Consolidator 
     """``REDISMEM_CONSOLIDATOR`` = ``off`` (default: None, near duplicates
     are kept side by side) or ``llm`` (with the ``REDISMEM_LLM_*`` endpoint),
     read from ``env`` (default: the process environment) when called."""
-    kind = environment.choice("REDISMEM_CONSOLIDATOR", ("off", "llm"), env)
-    if kind is None or kind == "off":
-        return None
-    return LLMConsolidator(chat_endpoint_from_env("REDISMEM_CONSOLIDATOR=llm", env))
+    consolidator: Consolidator | None = plugins.CONSOLIDATORS.from_env(env)  # names in one place
+    return consolidator

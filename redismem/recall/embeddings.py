@@ -27,8 +27,9 @@ import struct
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from redismem import plugins
 from redismem.checks import check_int
-from redismem.errors import InvalidInput, MissingDependency
+from redismem.errors import MissingDependency
 from redismem.recall.terms import terms
 
 __all__ = ["Embedder", "HashingEmbedder", "MiniLMEmbedder"]
@@ -97,17 +98,8 @@ class MiniLMEmbedder:
 
 def resolve_embedder(spec: object) -> Embedder | None:
     """None, ``"hashing"``, ``"minilm"`` or an object with ``async embed``."""
-    if spec is None or spec == "none":
-        return None
-    if spec == "hashing":
-        return HashingEmbedder()
-    if spec == "minilm":
-        return MiniLMEmbedder()
-    if isinstance(spec, str):
-        raise InvalidInput(f"embedder must be None, 'hashing' or 'minilm', got {spec!r}")
-    if not isinstance(spec, Embedder) or not asyncio.iscoroutinefunction(spec.embed):
-        raise InvalidInput("an embedder must have an async embed(texts) -> list[list[float]]")
-    return spec
+    embedder: Embedder | None = plugins.embedder(spec)  # names in one place
+    return embedder
 
 
 def quantize(vector: Sequence[float]) -> bytes:

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from redismem import env as environment
+from redismem import plugins
 from redismem.errors import InvalidInput, SummarizerError
-from redismem.llm import ChatEndpoint, chat_endpoint_from_env
+from redismem.llm import ChatEndpoint
 from redismem.models import Message
 
 __all__ = [
@@ -258,16 +258,5 @@ def summarizer_from_env(env: Mapping[str, str] | None = None) -> Summarizer:
     ``REDISMEM_SUMMARY_MAX_CHARS``) or ``llm`` (with ``REDISMEM_LLM_BASE_URL``,
     ``REDISMEM_LLM_MODEL``, ``REDISMEM_LLM_API_KEY``, ``REDISMEM_LLM_TIMEOUT``),
     read from ``env`` (default: the process environment) when called."""
-    kind = environment.choice("REDISMEM_SUMMARIZER", ("keypoints", "truncate", "llm"), env)
-    if kind is None or kind == "keypoints":
-        return KeyPointsSummarizer()
-    if kind == "truncate":
-        max_chars = environment.integer("REDISMEM_SUMMARY_MAX_CHARS", env)
-        return TruncationSummarizer(2000 if max_chars is None else max_chars)
-    endpoint = chat_endpoint_from_env("REDISMEM_SUMMARIZER=llm", env)
-    return LLMSummarizer(
-        base_url=endpoint.base_url,
-        model=endpoint.model,
-        api_key=endpoint.api_key,
-        timeout=endpoint.timeout,
-    )
+    summarizer: Summarizer = plugins.SUMMARIZERS.from_env(env)  # names in one place
+    return summarizer
