@@ -577,7 +577,7 @@ async def bench(url: str, plan: Plan, log: Callable[[str], None]) -> Results:
     raw = Raw(RAW, aioredis.Redis.from_url(url), "benchraw")
     options: list[Side] = [
         Raw(RAW_SOCKET_TIMEOUT, aioredis.Redis.from_url(url, socket_timeout=5), "benchraw-st"),
-        Raw(RAW_CALL, mem.redis, "benchraw-call", call=mem.call),
+        Raw(RAW_CALL, mem.redis, "benchraw-call", call=mem.backend.call),
     ]
     raw_seq = Raw(RAW_SEQ, aioredis.Redis.from_url(url), "benchraw-seq")
     peers, res.skipped = load_peers(url, log)

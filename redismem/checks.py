@@ -32,7 +32,7 @@ from redismem.models import Message
 from redismem.values import check_json_value
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = [
     "MAX_INT",
@@ -338,7 +338,7 @@ def check_write_id(value: object) -> str:
     return value
 
 
-def is_memory(value: object) -> TypeGuard[Memory]:
+def is_memory(value: object) -> TypeGuard[SessionMemory]:
     """Whether ``value`` is a ``redismem.Memory``.
 
     The class is looked up among the loaded modules, not imported: a
@@ -350,7 +350,7 @@ def is_memory(value: object) -> TypeGuard[Memory]:
     return client is not None and isinstance(value, client.Memory)
 
 
-def check_memory(value: object) -> Memory:
+def check_memory(value: object) -> SessionMemory:
     if not is_memory(value):
         raise InvalidInput(f"expected a Memory, got {type(value).__name__}")
     return value

@@ -280,7 +280,7 @@ async def _inspect(args: argparse.Namespace) -> int:
             )
             return 1
         info = found[0]
-        epoch = await current_epoch(memory, args.user)
+        epoch = await current_epoch(memory.backend, args.user)
         keys = memory.layout.session(args.user, args.session, epoch)
         ttl_ms = await memory.redis.pttl(keys.meta)
         pending = await memory.redis.zscore(keys.pending, args.session)

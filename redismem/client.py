@@ -10,20 +10,28 @@ O(N) whatever the session length.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import (
     Awaitable,
     Callable,
-    Collection,
     Iterable,
     Mapping,
-    Sequence,
 )
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Self,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from pydantic import ValidationError
 
@@ -32,18 +40,20 @@ from redismem.checks import check_message_list, check_optional_str, check_time_m
 from redismem.checks import check_tags as _check_tags
 from redismem.checks import check_write_id as _check_write_id
 from redismem.config import MemoryConfig
+from redismem.context import builder
+from redismem.context.agent_memory import AgentMemory
 from redismem.context.quoting import SUMMARY_LABEL as SUMMARY_LABEL  # still importable from here
 from redismem.context.quoting import summary_message
 from redismem.context.strategies import MemoryStrategy
 from redismem.context.tokens import estimate_tokens, message_tokens
 from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.core import codec, guard
+from redismem.core.backend import Backend
 from redismem.core.connection import describe_url, open_redis
-from redismem.core.guard import EpochMoved, UserEpochs, in_epoch
+from redismem.core.guard import EpochMoved, in_epoch
 from redismem.core.keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
 from redismem.core.queue import SummarizeArgs, SummaryQueue
-from redismem.core.scripts import SessionScripts, WriteResult
-from redismem.core.transport import open_multiplexed
+from redismem.core.scripts import WriteResult
 from redismem.errors import (
     BackendUnavailable,
     ClientClosed,
@@ -56,7 +66,6 @@ from redismem.models import (
     STORE_FIELDS,
     Context,
     EntryMetadata,
-    Hit,
     MemoryEntry,
     Message,
     SessionInfo,
@@ -66,13 +75,11 @@ from redismem.models import (
     written_entry,
 )
 from redismem.recall import index as recall
+from redismem.surface import WriteOutcome
 
 if TYPE_CHECKING:
-    from redismem.context.agent_memory import AgentMemory, ManageResult
-    from redismem.context.builder import BuiltContext
     from redismem.longterm.memories import Knowledge
     from redismem.longterm.store import LongTermStore
-    from redismem.summarization.summarizers import Summarizer
 
 __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 
@@ -83,51 +90,61 @@ _RECENT_KEYS = 4096
 _ENQUEUE_GRACE = 5.0
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _matches(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return all(tags.get(k) == v for k, v in wanted.items())
 
 
-@dataclass(frozen=True, slots=True)
-class WriteOutcome:
-    """What ``Memory.write_entry`` did."""
+class _MadeWithSelf(Generic[P, R]):
+    """A method that is ``factory(memory, ...)``: its signature and docs are
+    the factory's, written once, in the factory's module."""
 
-    entry: MemoryEntry
-    #: When this write made the session newly due for summarization, the time
-    #: it did (the episode of its job); else 0.
-    pending_since: int
-    #: Whether the session is marked due for summarization at all.
-    pending: bool
+    def __init__(self, factory: Callable[Concatenate[Any, P], R]) -> None:
+        self._factory = factory
+        self.__doc__ = factory.__doc__
+
+    def _first(self, memory: Memory) -> Any:
+        return memory
+
+    @overload
+    def __get__(self, memory: None, owner: type[Memory]) -> Self: ...
+
+    @overload
+    def __get__(self, memory: Memory, owner: type[Memory]) -> Callable[P, R]: ...
+
+    def __get__(self, memory: Memory | None, owner: type[Memory]) -> Self | Callable[P, R]:
+        if memory is None:
+            return self
+        bound = functools.partial(self._factory, self._first(memory))
+        # Named and documented as the factory; its signature is the partial's
+        # (without the bound first argument), so no __wrapped__.
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(bound, name, getattr(self._factory, name, None))
+        made: Callable[P, R] = bound
+        return made
+
+
+class _MadeWithBackend(_MadeWithSelf[P, R]):
+    """``factory(memory.backend, ...)``, for a feature built on the core."""
+
+    def _first(self, memory: Memory) -> Any:
+        return memory.backend
 
 
 class Memory:
     """Shared conversation memory on Redis. Create it with ``await Memory.connect()``."""
 
     def __init__(self, config: MemoryConfig, redis: Any) -> None:
+        self._backend = Backend(config, redis)
         self._config = config
-        self._redis = redis
-        self._policy = config.policy
-        self._link = open_multiplexed(config.url, redis, connect_timeout=config.connect_timeout)
-        if config.replica_acks and self._link is None:
-            raise InvalidInput(
-                "replica_acks needs a redis://, unix://, redis+sentinel:// or redis+cluster:// "
-                f"URL without TLS, not {describe_url(config.url)!r}"
-            )
-        self._scripts = SessionScripts(
-            redis,
-            self._policy,
-            self._link,
-            replica_acks=config.replica_acks,
-            replica_timeout_ms=round(config.replica_timeout * 1000),
-        )
+        self._scripts = self._backend.scripts
         self._closed = False
-        #: Each user's epoch as this client last saw it (see ``redismem.core.guard``).
-        self.epochs = UserEpochs()
         #: Enqueues running in the background (see ``_enqueue_later``).
         self._enqueueing: set[asyncio.Task[None]] = set()
         self._recent_keys: dict[tuple[str, str], tuple[str, str, SessionKeys]] = {}
-        self._queue: SummaryQueue | None = None
         self._store: LongTermStore | None = None
         self._memories: Knowledge | None = None
         args = self.summarize_args()
@@ -175,11 +192,7 @@ class Memory:
             for task in left:
                 task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
-        if self._queue is not None:
-            await self._queue.aclose()
-        if self._link is not None:
-            await self._link.aclose()
-        await self._redis.aclose()
+        await self._backend.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -201,17 +214,22 @@ class Memory:
         return self._config.layout
 
     @property
-    def redis(self) -> Any:
-        """The underlying redis-py client (for operators and tests). Its calls
-        are not bounded, retried or mapped: use ``call`` for that."""
-        self._check_open()
-        return self._redis
+    def closed(self) -> bool:
+        """Whether ``aclose()`` ran."""
+        return self._closed
 
     @property
-    def scripts(self) -> SessionScripts:
-        """The session scripts (internal API of the summarization pass and workers)."""
+    def backend(self) -> Backend:
+        """The Redis side the features share: connections, retry policy,
+        scripts, key layout (see ``redismem.core.backend``)."""
+        return self._backend
+
+    @property
+    def redis(self) -> Any:
+        """The underlying redis-py client (for operators and tests). Its calls
+        are not bounded, retried or mapped."""
         self._check_open()
-        return self._scripts
+        return self._backend.redis
 
     @property
     def store(self) -> LongTermStore:
@@ -220,7 +238,7 @@ class Memory:
         if self._store is None:
             from redismem.longterm.store import LongTermStore
 
-            self._store = LongTermStore(self)
+            self._store = LongTermStore(self._backend)
         return self._store
 
     @property
@@ -231,46 +249,15 @@ class Memory:
         if self._memories is None:
             from redismem.longterm.memories import Knowledge
 
-            self._memories = Knowledge(self)
+            self._memories = Knowledge(self._backend, store=self.store)
         return self._memories
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("this Memory was closed with aclose()")
 
-    async def call(self, operation: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``operation(redis)`` under this client's call policy: bounded
-        in time, retried when Redis is unreachable, redis-py errors mapped.
-        ``operation`` may run more than once: it must be idempotent."""
-        self._check_open()
-        redis = self._redis
-        return await self._policy.run(lambda: operation(redis))
-
-    async def atomic(self, commands: Sequence[Sequence[Any]], *, key: str) -> list[Any]:
-        """Run ``commands`` in one MULTI under the call policy and return their
-        replies (bytes, ints, lists; a score may come back as bytes or, through
-        redis-py, a float: convert what you read). Every key
-        they name must share ``key``'s slot (one user's keys do); on a
-        cluster they run on that slot's master. Reads, or idempotent writes
-        only: the call may be attempted more than once."""
-        self._check_open()
-        link = self._link
-        if link is not None:
-            return await self._policy.run_until(
-                lambda deadline: link.transaction(commands, key=key, deadline=deadline)
-            )
-
-        async def multi(redis: Any) -> list[Any]:
-            pipe = redis.pipeline(transaction=True)
-            for command in commands:
-                pipe.execute_command(*command)
-            result: list[Any] = await pipe.execute()
-            return result
-
-        return await self.call(multi)
-
     async def ping(self) -> None:
-        await self.call(lambda redis: redis.ping())
+        await self._backend.ping()
 
     def __repr__(self) -> str:
         return (
@@ -285,27 +272,16 @@ class Memory:
         ``str`` values passed)."""
         if type(session_id) is str and type(user_id) is str:
             known = self._recent_keys.get((session_id, user_id))
-            if known is not None and known[2].epoch == self.epochs.get(user_id):
+            if known is not None and known[2].epoch == self._backend.epochs.get(user_id):
                 return known
         sid = validate_id(session_id, "session_id")
         uid = validate_id(user_id, "user_id")
-        found = (sid, uid, self.layout.session(uid, sid, self.epochs.get(uid)))
+        found = (sid, uid, self.layout.session(uid, sid, self._backend.epochs.get(uid)))
         if type(session_id) is str and type(user_id) is str:
             if len(self._recent_keys) >= _RECENT_KEYS:
                 self._recent_keys.clear()
             self._recent_keys[sid, uid] = found
         return found
-
-    async def in_session(
-        self, user_id: str, session_id: str, op: Callable[[SessionKeys], Awaitable[T]]
-    ) -> T:
-        """``op(keys)`` on the session's keys in the user's current epoch
-        (checked ids): built again and run again when the user was cleared
-        since this client last looked (see ``redismem.core.guard``)."""
-        layout = self.layout
-        return await in_epoch(
-            self.epochs, user_id, lambda epoch: op(layout.session(user_id, session_id, epoch))
-        )
 
     def _refresh_ttl_arg(self) -> int:
         if not self._config.refresh_ttl_on_read:
@@ -371,13 +347,6 @@ class Memory:
                 await result
         except Exception:
             logger.exception("%s hook raised; the %s itself succeeded", name, name[3:])
-
-    @staticmethod
-    def decode_messages(
-        key: str, raw: Sequence[bytes], first_seq: int, created: Sequence[tuple[int, int]]
-    ) -> list[Message]:
-        """Decode stored messages; ``created`` is ``(first_seq, created_ms)`` ascending."""
-        return codec.decode_messages(raw, first_seq, created, key)
 
     # -- writes ------------------------------------------------------------
 
@@ -508,8 +477,8 @@ class Memory:
             except EpochMoved as moved:
                 # The user was cleared since this client last looked: the
                 # write lands in the new epoch (after the clear).
-                self.epochs.set(uid, moved.current)
-                result = await self.in_session(uid, sid, send)
+                self._backend.epochs.set(uid, moved.current)
+                result = await self._backend.in_session(uid, sid, send)
         except BackendUnavailable as exc:
             exc.write_id = wid
             exc.add_note(f"the write may still land: retry it with write_id={wid!r}")
@@ -590,7 +559,7 @@ class Memory:
         budget = _check_count("max_tokens", max_tokens)
         wanted = _check_tags(tags)
         if wanted:
-            messages = await self.in_session(
+            messages = await self._backend.in_session(
                 uid, sid, lambda k: self._read_tagged(sid, k, wanted, limit_arg, budget)
             )
         else:
@@ -611,13 +580,13 @@ class Memory:
                         with_summary=False,
                     )
                 created = codec.parse_covering(result.covering, keys.entries)
-                return self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+                return codec.decode_messages(result.messages, result.first_seq, created, keys.msgs)
 
             try:
                 messages = await read(keys)
             except EpochMoved as moved:
-                self.epochs.set(uid, moved.current)
-                messages = await self.in_session(uid, sid, read)
+                self._backend.epochs.set(uid, moved.current)
+                messages = await self._backend.in_session(uid, sid, read)
         if not keep_orphans:
             messages = drop_orphan_tool_results(messages)
         await self._call_hook("on_read", sid, uid, messages)
@@ -649,10 +618,10 @@ class Memory:
                 else None
             )
             created = codec.parse_covering(result.covering, keys.entries)
-            messages = self.decode_messages(keys.msgs, result.messages, result.first_seq, created)
+            messages = codec.decode_messages(result.messages, result.first_seq, created, keys.msgs)
             return summary, messages
 
-        return await self.in_session(uid, sid, read)
+        return await self._backend.in_session(uid, sid, read)
 
     async def context(
         self,
@@ -714,7 +683,7 @@ class Memory:
         head = snap.seq - snap.length + 1
         created = [(e.first_seq, e.created_ms) for e in entries]
         messages = (
-            self.decode_messages(keys.msgs, snap.messages, head, created) if with_messages else []
+            codec.decode_messages(snap.messages, head, created, keys.msgs) if with_messages else []
         )
         return entries, messages, head, snap.accessed_ms
 
@@ -745,7 +714,7 @@ class Memory:
         messages of each that are still stored."""
         sid, uid, _keys = self._keys(session_id, user_id)
         wanted = _check_tags(tags)
-        decoded, messages, head, accessed_ms = await self.in_session(
+        decoded, messages, head, accessed_ms = await self._backend.in_session(
             uid, sid, lambda keys: self._snapshot(sid, keys, with_messages=True)
         )
         accessed = codec.ms_to_datetime(accessed_ms) if accessed_ms else None
@@ -794,10 +763,12 @@ class Memory:
                 commands.append(("HGETALL", keys.tags))
                 if wanted:
                     commands.append(("LRANGE", keys.entries, 0, -1))
-            details = await guard.read_guarded(self, user_keys, commands) if commands else []
+            details = (
+                await guard.read_guarded(self._backend, user_keys, commands) if commands else []
+            )
             return at, candidates, details
 
-        epoch, candidates, results = await in_epoch(self.epochs, uid, listed)
+        epoch, candidates, results = await in_epoch(self._backend.epochs, uid, listed)
         step = 4 if wanted else 3
         out = []
         for i, (sid, deadline) in enumerate(candidates):
@@ -837,128 +808,17 @@ class Memory:
             )
         return out
 
-    # -- agent-framework helpers (see agent_memory.py and context_builder.py) --
+    # -- features, each with its signature and docs in its own module --------
 
-    def agent_memory(
-        self,
-        session_id: str,
-        user_id: str = "default",
-        *,
-        strategy: MemoryStrategy | None = None,
-        summarizer: Summarizer | None = None,
-        auto_manage: bool = False,
-        max_context_tokens: int | None = None,
-        on_managed: Callable[[ManageResult], Any] | None = None,
-        on_manage_error: Callable[[BaseException], Any] | None = None,
-        agent_name: str | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> AgentMemory:
-        """A session-level memory object for frameworks that manage memory
-        in-process and persist it here (see ``redismem.context.agent_memory``)."""
-        from redismem.context.agent_memory import AgentMemory
-
-        return AgentMemory(
-            self,
-            session_id,
-            user_id,
-            strategy=strategy,
-            summarizer=summarizer,
-            auto_manage=auto_manage,
-            max_context_tokens=max_context_tokens,
-            on_managed=on_managed,
-            on_manage_error=on_manage_error,
-            agent_name=agent_name,
-            tags=tags,
-        )
-
-    async def build_context(
-        self,
-        *,
-        session_id: str,
-        user_id: str = "default",
-        request: str | Message | Mapping[str, Any],
-        max_tokens: int,
-        history_ratio: float = 0.7,
-        profile: Mapping[str, Any] | str | None = None,
-        notes: Sequence[str | Mapping[str, Any]] | None = None,
-        recall: int = 0,
-        user_profile: bool = False,
-        memories: int = 0,
-    ) -> BuiltContext:
-        """The read side of the memory loop: request, summary and recent
-        history in the history share; profile (with ``user_profile``, the
-        user's facts about themselves too), notes, up to ``memories``
-        long-term memories relevant to the request and up to ``recall``
-        messages of the user's other sessions that match it (from
-        ``search``), all fenced as data from memory, in the rest (see
-        ``redismem.context.builder``)."""
-        from redismem.context.builder import build_context
-
-        return await build_context(
-            self,
-            session_id=session_id,
-            user_id=user_id,
-            request=request,
-            max_tokens=max_tokens,
-            history_ratio=history_ratio,
-            profile=profile,
-            notes=notes,
-            recall=recall,
-            user_profile=user_profile,
-            memories=memories,
-        )
-
-    # -- deletion ----------------------------------------------------------
-
-    # -- recall ------------------------------------------------------------
-
-    async def search(
-        self,
-        query: str | None = None,
-        *,
-        user_id: str = "default",
-        session_id: str | None = None,
-        tags: Mapping[str, str] | None = None,
-        roles: Collection[str] | None = None,
-        agent_name: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 10,
-        min_score: float | None = None,
-    ) -> list[Hit]:
-        """Messages of the user's sessions that match ``query``, best first.
-
-        Searches what the workers indexed (see ``flush``), including messages
-        since compacted into a summary. ``tags`` keeps messages of entries
-        carrying all the given pairs; ``roles``, ``agent_name`` and
-        ``session_id`` keep those values; ``since``/``until`` (aware
-        datetimes) bound the write time, inclusive. With no query (None or
-        ""), the newest messages that pass the filters, ``score`` None.
-        ``min_score`` drops weaker keyword matches.
-        """
-        self._check_open()
-        return await recall.search(
-            self,
-            query,
-            user_id=user_id,
-            session_id=session_id,
-            tags=tags,
-            roles=roles,
-            agent_name=agent_name,
-            since=since,
-            until=until,
-            limit=limit,
-            min_score=min_score,
-        )
-
-    async def flush(self, *, user_id: str | None = None, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
-        """Wait until the workers have done the background work (indexing,
-        summaries) due for every write made before this call, of ``user_id``
-        or of every user. True when done, False when ``timeout`` (seconds)
-        passed first. Needs running workers (``InProcessWorker`` with the
-        embedded backend)."""
-        self._check_open()
-        return await recall.flush(self, user_id=user_id, timeout=timeout)
+    #: A session-level memory object for frameworks that manage memory
+    #: in-process and persist it here (``redismem.context.agent_memory``).
+    agent_memory = _MadeWithSelf(AgentMemory)
+    #: The read side of the memory loop (``redismem.context.builder``).
+    build_context = _MadeWithSelf(builder.build_context)
+    #: Search over the user's indexed messages (``redismem.recall.index``).
+    search = _MadeWithBackend(recall.search)
+    #: Wait for the workers' background work (``redismem.recall.index``).
+    flush = _MadeWithBackend(recall.flush)
 
     # -- deletion ----------------------------------------------------------
 
@@ -973,10 +833,10 @@ class Memory:
             recall_keys = self.layout.recall(uid, keys.epoch)
             grave = grave_suffix(sid, new_write_id())
             removed = await self._scripts.clear(keys, recall_keys, session_id=sid, grave=grave)
-            await recall.forget_graves(self, recall_keys)
+            await recall.forget_graves(self._backend, recall_keys)
             return removed
 
-        return await self.in_session(uid, sid, clear)
+        return await self._backend.in_session(uid, sid, clear)
 
     async def clear_user(self, user_id: str) -> int:
         """Delete everything of one user: sessions, summaries, the recall
@@ -990,7 +850,7 @@ class Memory:
         and indexed). See ``redismem.core.guard``."""
         uid = validate_id(user_id, "user_id")
         self._check_open()
-        return await guard.clear_user(self, uid)
+        return await guard.clear_user(self._backend, uid)
 
     async def clear_all(self) -> int:
         """Delete every key of this namespace, and nothing outside it but the
@@ -998,17 +858,9 @@ class Memory:
         ``clear_user`` does (just as final), then what belongs to no user
         (LangGraph threads)."""
         self._check_open()
-        return await guard.clear_all(self)
+        return await guard.clear_all(self._backend)
 
     @property
     def queue(self) -> SummaryQueue:
         """The work queue this client enqueues jobs on (made on first use)."""
-        if self._queue is None:
-            queue_url = self._config.queue_url or self._config.url
-            self._queue = SummaryQueue(
-                queue_url,
-                queue_name=self._config.queue_name,
-                delay=self._config.summarize_delay,
-                policy=self._policy.for_url(queue_url),
-            )
-        return self._queue
+        return self._backend.queue

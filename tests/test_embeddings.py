@@ -61,7 +61,7 @@ async def _index(mem: Any, sessions: dict[str, list[str]]) -> None:
     for sid, texts in sessions.items():
         for text in texts:
             await mem.write([{"role": "user", "content": text}], session_id=sid)
-        await recall.catch_up(mem, user_id="default", session_id=sid)
+        await recall.catch_up(mem.backend, user_id="default", session_id=sid)
 
 
 async def test_search_fuses_keyword_and_vector_ranks(make_memory):
@@ -104,10 +104,10 @@ async def test_a_failing_embedder_fails_the_pass_and_indexes_nothing(make_memory
     mem = await make_memory(embedder=Broken(), summarize_delay=3600)
     await mem.write([{"role": "user", "content": "flight to Oslo"}], session_id="s")
     with pytest.raises(EmbedderError, match="model server down"):
-        await recall.catch_up(mem, user_id="default", session_id="s")
+        await recall.catch_up(mem.backend, user_id="default", session_id="s")
     assert await mem.search("flight") == []  # the query falls back to keywords, logged
     plain = await make_memory(summarize_delay=3600)
-    await recall.catch_up(plain, user_id="default", session_id="s")
+    await recall.catch_up(plain.backend, user_id="default", session_id="s")
     [hit] = await mem.search("flight")
     assert hit.message.content == "flight to Oslo"
 

@@ -59,7 +59,7 @@ class CityExtractor:
 async def indexed(make_memory: Any, sid: str, messages: list[dict[str, Any]]) -> Any:
     mem = await make_memory(index=True)
     await mem.write(messages, session_id=sid, user_id="alice", agent_name="planner")
-    await catch_up(mem, user_id="alice", session_id=sid)
+    await catch_up(mem.backend, user_id="alice", session_id=sid)
     return mem
 
 
@@ -68,17 +68,17 @@ async def test_each_message_is_extracted_once_with_its_provenance(make_memory):
         make_memory, "s1", [user("Hi! I live in Lisbon"), assistant("I live in Mars (not me)")]
     )
     extractor = CityExtractor()
-    first = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    first = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert (first.status, first.messages, first.memories) == ("extracted", 2, 1)
     assert first.lag_ms is not None and first.lag_ms >= 0
-    again = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    again = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert again.status == "idle"
     await mem.write([user("Actually I live in Porto now")], session_id="s1", user_id="alice")
     assert (
-        await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+        await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     ).status == "idle"
-    await catch_up(mem, user_id="alice", session_id="s1")
-    third = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    await catch_up(mem.backend, user_id="alice", session_id="s1")
+    third = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert (third.status, third.messages) == ("extracted", 1)
     assert extractor.batches == [
         ["Hi! I live in Lisbon", "I live in Mars (not me)"],
@@ -107,10 +107,10 @@ async def test_a_failing_extractor_changes_nothing_and_the_next_pass_retries(mak
             raise RuntimeError("endpoint away")
 
     with pytest.raises(ExtractorError):
-        await extract_pass(mem, Failing(), user_id="alice", session_id="s1", quiet=0)
+        await extract_pass(mem.backend, Failing(), user_id="alice", session_id="s1", quiet=0)
     assert await mem.memories.search("alice", status="any") == []
     extractor = CityExtractor()
-    outcome = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert (outcome.status, outcome.memories) == ("extracted", 1)
 
 
@@ -133,9 +133,9 @@ async def test_a_pass_dying_while_it_applies_is_finished_by_the_next_once(make_m
     monkeypatch.setattr(Knowledge, "add_guarded", dying_add)
     extractor = CityExtractor()
     with pytest.raises(ConnectionError):
-        await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+        await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     monkeypatch.setattr(Knowledge, "add_guarded", real_add)
-    outcome = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert outcome.status == "idle" and outcome.memories == 3  # the outbox, re-applied
     assert len(extractor.batches) == 1  # the messages were not extracted again
     every = await mem.memories.search("alice", status="any", limit=50)
@@ -156,7 +156,7 @@ async def test_a_pass_dying_while_it_applies_is_finished_by_the_next_once(make_m
 async def test_a_burst_waits_for_its_quiet_period(make_memory):
     mem = await indexed(make_memory, "s1", [user("I live in Lisbon")])
     extractor = CityExtractor()
-    outcome = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=30)
+    outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=30)
     assert outcome.status == "wait" and 25 < outcome.wait <= 30
     assert extractor.batches == []
 
@@ -170,7 +170,7 @@ async def test_a_session_cleared_during_extraction_gets_no_memories(make_memory)
         await mem.write([user("I live in Rome")], session_id="s1", user_id="alice")
 
     extractor.before_return = clear
-    outcome = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert outcome.status == "gone"
     assert await mem.memories.search("alice", status="any") == []
 
@@ -180,10 +180,10 @@ async def test_summarization_never_compacts_a_message_not_yet_extracted(make_mem
     extractor = CityExtractor()
     # The session's first extraction read starts its watermark; the burst waits.
     assert (
-        await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=30)
+        await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=30)
     ).status == "wait"
     outcome = await summarize_pass(
-        mem,
+        mem.backend,
         TruncationSummarizer(),
         user_id="alice",
         session_id="s1",
@@ -193,10 +193,10 @@ async def test_summarization_never_compacts_a_message_not_yet_extracted(make_mem
     )
     assert outcome.status == "idle"
     assert len(await mem.read(session_id="s1", user_id="alice")) == 6
-    done = await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    done = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert done.messages == 6
     outcome = await summarize_pass(
-        mem,
+        mem.backend,
         TruncationSummarizer(),
         user_id="alice",
         session_id="s1",
@@ -210,7 +210,7 @@ async def test_summarization_never_compacts_a_message_not_yet_extracted(make_mem
 async def test_near_duplicates_found_by_extraction_go_to_the_consolidator(make_memory):
     mem = await indexed(make_memory, "s1", [user("I live in Lisbon")])
     extractor = CityExtractor()
-    await extract_pass(mem, extractor, user_id="alice", session_id="s1", quiet=0)
+    await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     shown: list[tuple[str, list[str]]] = []
 
     class KeepOld:
@@ -233,9 +233,14 @@ async def test_near_duplicates_found_by_extraction_go_to_the_consolidator(make_m
             ]
 
     await mem.write([user("Home is Lisbon, Portugal")], session_id="s1", user_id="alice")
-    await catch_up(mem, user_id="alice", session_id="s1")
+    await catch_up(mem.backend, user_id="alice", session_id="s1")
     outcome = await extract_pass(
-        mem, HomeExtractor(), user_id="alice", session_id="s1", quiet=0, consolidator=KeepOld()
+        mem.backend,
+        HomeExtractor(),
+        user_id="alice",
+        session_id="s1",
+        quiet=0,
+        consolidator=KeepOld(),
     )
     assert outcome.memories == 1
     assert shown == [("The user lives in Lisbon, Portugal.", ["The user lives in Lisbon."])]
@@ -255,8 +260,10 @@ async def test_a_custom_extractor_s_values_are_ordered_by_when_they_were_said(ma
         await mem.write(
             [user(f"I live in {city}")], session_id="s1", user_id="alice", created_at=when
         )
-    await catch_up(mem, user_id="alice", session_id="s1")
-    outcome = await extract_pass(mem, CityExtractor(), user_id="alice", session_id="s1", quiet=0)
+    await catch_up(mem.backend, user_id="alice", session_id="s1")
+    outcome = await extract_pass(
+        mem.backend, CityExtractor(), user_id="alice", session_id="s1", quiet=0
+    )
     assert outcome.status == "extracted"
     [current] = await mem.memories.search("alice")
     assert current.record.text == "The user lives in Porto."

@@ -238,7 +238,7 @@ async def test_scan_visits_every_primary_once_and_resumes_from_its_cursor(
         seen: list[bytes] = []
         cursor, nodes = "0", set()
         while True:
-            cursor, batch = await memory.call(
+            cursor, batch = await memory.backend.call(
                 functools.partial(scan_once, cursor=cursor, pattern=pattern, count=5)
             )
             seen += batch
@@ -248,7 +248,7 @@ async def test_scan_visits_every_primary_once_and_resumes_from_its_cursor(
         assert sorted(seen) == sorted({memory.layout.pending(u).encode() for u in users})
         assert len(nodes) == 3
         # A cursor naming a node that is gone starts over on the first primary.
-        _, batch = await memory.call(
+        _, batch = await memory.backend.call(
             functools.partial(scan_once, cursor="127.0.0.1:1@7", pattern=pattern, count=1000)
         )
         assert batch

@@ -52,7 +52,9 @@ async def _pass_racing(mem: Memory, between: Any) -> Any:
         await mem.write([user(f"old {i}")], session_id=SID)
     summarizer = GatedSummarizer()
     job = asyncio.create_task(
-        summarize_pass(mem, summarizer, user_id="default", session_id=SID, keep_recent=5, batch=10)
+        summarize_pass(
+            mem.backend, summarizer, user_id="default", session_id=SID, keep_recent=5, batch=10
+        )
     )
     await asyncio.wait_for(summarizer.started.wait(), 10)
     await between()
@@ -171,7 +173,7 @@ async def test_summary_evicted_while_the_watermark_says_summarized(make_memory, 
     for i in range(25):
         await mem.write([user(f"m{i}")], session_id=SID)
     outcome = await summarize_pass(
-        mem, GatedOpen(), user_id="default", session_id=SID, keep_recent=5, batch=10
+        mem.backend, GatedOpen(), user_id="default", session_id=SID, keep_recent=5, batch=10
     )
     assert outcome.status == "committed"
     await raw.delete(mem.layout.session("default", SID).summary)
@@ -281,7 +283,7 @@ async def test_every_call_survives_a_flushed_script_cache(make_memory, raw):
         lambda: mem.sessions(),
         lambda: mem.write([user("after")], session_id=SID),
         lambda: summarize_pass(
-            mem, GatedOpen(), user_id="default", session_id=SID, keep_recent=2, batch=2
+            mem.backend, GatedOpen(), user_id="default", session_id=SID, keep_recent=2, batch=2
         ),
         lambda: mem.clear(session_id=SID),
     ]

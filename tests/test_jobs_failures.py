@@ -153,15 +153,15 @@ async def make_ctx(redis_url: str, raw: Any, namespace: str, queue_name: str) ->
         )
         ctx = {"redis": raw, **resources(config), **extra}
         if memory is not None:
-            ctx["memories"][namespace] = memory
+            ctx["backends"][namespace] = memory.backend
         contexts.append(ctx)
         return ctx
 
     yield make
     for ctx in contexts:
         await ctx["queue"].aclose()
-        for memory in ctx["memories"].values():
-            await memory.aclose()
+        for backend in ctx["backends"].values():
+            await backend.aclose()
 
 
 async def test_an_unreachable_redis_is_retried_with_backoff_then_recorded_keeping_the_mark(

@@ -375,7 +375,7 @@ async def test_a_guarded_put_is_refused_once_its_session_is_cleared(make_memory)
     mem = await make_memory()
     await mem.write([{"role": "user", "content": "hi"}], session_id="s1", user_id="alice")
     meta = mem.layout.session("alice", "s1").meta
-    gen = await mem.call(lambda redis: redis.hget(meta, "gen"))
+    gen = await mem.backend.call(lambda redis: redis.hget(meta, "gen"))
     guard = (meta, gen.decode())
     assert await mem.store.put_guarded(("alice", "n"), "a", {"v": 1}, guard=guard) is not None
     await mem.clear(session_id="s1", user_id="alice")

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from redismem import BackendUnavailable, InvalidInput
-from redismem.longterm.extraction.extractors import RuleExtractor
+from redismem.longterm.extraction import RuleExtractor
 from redismem.longterm.extraction.job import extract_pass
 from redismem.longterm.memories import Knowledge, _slot_key
 from redismem.longterm.records import Fact, MemoryRecord, Provenance, normalize_predicate
@@ -186,8 +186,10 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
                     user_id=user,
                     created_at=DAY0 + timedelta(days=b, minutes=step),
                 )
-                await catch_up(mem, user_id=user, session_id=sid)
-                await extract_pass(mem, RuleExtractor(), user_id=user, session_id=sid, quiet=0)
+                await catch_up(mem.backend, user_id=user, session_id=sid)
+                await extract_pass(
+                    mem.backend, RuleExtractor(), user_id=user, session_id=sid, quiet=0
+                )
                 known = [r.id for r in await every_record(mem, user)]
             elif known:
                 target = known[a % len(known)]
@@ -293,9 +295,11 @@ async def test_extraction_out_of_order_leaves_the_last_said_current(make_memory)
                 user_id="alice",
                 created_at=DAY0 + timedelta(days=day),
             )
-        await catch_up(mem, user_id="alice", session_id=sid)
+        await catch_up(mem.backend, user_id="alice", session_id=sid)
     for sid in ("late", "early"):
-        done = await extract_pass(mem, RuleExtractor(), user_id="alice", session_id=sid, quiet=0)
+        done = await extract_pass(
+            mem.backend, RuleExtractor(), user_id="alice", session_id=sid, quiet=0
+        )
         assert done.status == "extracted"
     assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
     assert await active_objects(mem, "alice", "works_at") == ["Hooli"]
@@ -312,8 +316,8 @@ async def test_a_fact_is_found_by_the_question_its_predicate_answers(make_memory
     await mem.write(
         [{"role": "user", "content": "I moved to Porto."}], session_id="s1", user_id="alice"
     )
-    await catch_up(mem, user_id="alice", session_id="s1")
-    await extract_pass(mem, RuleExtractor(), user_id="alice", session_id="s1", quiet=0)
+    await catch_up(mem.backend, user_id="alice", session_id="s1")
+    await extract_pass(mem.backend, RuleExtractor(), user_id="alice", session_id="s1", quiet=0)
     [porto] = [
         r for r in await every_record(mem, "alice") if isinstance(r, Fact) and r.status == "active"
     ]
@@ -469,7 +473,7 @@ async def test_no_two_values_are_ever_active_at_once_while_adds_race(make_memory
     mem = await make_memory()
     rng = random.Random(seed)
     first = [(await mem.memories.add("alice", lives_in(c))).record.id for c in CITIES]
-    store_keys = mem.layout.store("alice", mem.epochs.get("alice"))
+    store_keys = mem.layout.store("alice", mem.backend.epochs.get("alice"))
     pattern = store_keys.item(store_namespace_ref(("alice", "memories")) + "#") + "*"
     done = asyncio.Event()
     worst = [0]

@@ -112,22 +112,25 @@ async def test_a_client_behind_a_new_epoch_reads_and_writes_in_it(make_memory, r
     await a.write([user("before")], session_id="s", user_id="u")
     await a.store.put(("u", "notes"), "n", {"text": "before"})
     guard = b.layout.guard("u")
-    epoch = await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1")
+    epoch = await b.backend.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1")
     # A re-sent bump (same clear) starts no further epoch.
-    assert await b.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1") == epoch
-    b.epochs.set("u", epoch)
+    assert (
+        await b.backend.scripts.bump_epoch(guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id="c1")
+        == epoch
+    )
+    b.backend.epochs.set("u", epoch)
     await b.write([user("during")], session_id="s", user_id="u")  # in the new epoch
     assert await a.read(session_id="s", user_id="u") != []  # a goes on...
     assert [m.content for m in await a.read(session_id="s", user_id="u")] == ["during"]
-    assert a.epochs.get("u") == epoch  # ...in the new epoch, told by the script
-    a.epochs.set("u", 0)
+    assert a.backend.epochs.get("u") == epoch  # ...in the new epoch, told by the script
+    a.backend.epochs.set("u", 0)
     assert await a.store.get(("u", "notes"), "n") is None  # a plain read, guarded too
-    a.epochs.set("u", 0)
+    a.backend.epochs.set("u", 0)
     await a.write([user("after")], session_id="s", user_id="u")
-    a.epochs.set("u", 0)
+    a.backend.epochs.set("u", 0)
     assert [s.message_count for s in await a.sessions(user_id="u")] == [2]
     assert [m.content for m in await b.read(session_id="s", user_id="u")] == ["during", "after"]
-    assert await reap(b, "u", below=epoch) > 0  # the old epoch's keys
+    assert await reap(b.backend, "u", below=epoch) > 0  # the old epoch's keys
     for key in await keys_matching(raw, a.layout.user_pattern("u")):
         parsed = a.layout.parse_key(key.decode())
         assert parsed.kind == "guard" or parsed.epoch == epoch

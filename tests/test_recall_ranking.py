@@ -84,7 +84,7 @@ async def test_search_ranks_as_the_python_reference(make_memory, raw, query):
     for sid, turns in SESSIONS.items():
         for role, name, text in turns:
             await mem.write([{"role": role, "name": name, "content": text}], session_id=sid)
-        await recall.catch_up(mem, user_id="default", session_id=sid)
+        await recall.catch_up(mem.backend, user_id="default", session_id=sid)
 
     postings, n_docs, links, where = await _reference(raw, mem)
     expected = ranking.rank(query, postings, n_docs, links, 10)

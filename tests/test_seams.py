@@ -190,7 +190,7 @@ async def test_writes_racing_clear_user_are_kept_and_indexed_exactly_once(
         assert set(copies) == set(kept)  # every stored message indexed...
         for ident, texts in copies.items():
             assert texts == [kept[ident]]  # ...exactly once, with its own text
-        epoch = mem.epochs.get("u")
+        epoch = mem.backend.epochs.get("u")
         recall = mem.layout.recall("u", epoch)
         docs, n = await raw.hlen(recall.docs), await raw.hget(recall.stats, "n")
         assert docs == len(kept) == int(n or 0)
@@ -462,7 +462,9 @@ async def test_docs_of_a_clear_that_died_before_forgetting_them_are_forgotten_by
         ]
         # The clear script alone, as if its caller died before forgetting.
         keys, recall_keys = mem.layout.session("u", "a"), mem.layout.recall("u")
-        await mem.scripts.clear(keys, recall_keys, session_id="a", grave=grave_suffix("a", "t1"))
+        await mem.backend.scripts.clear(
+            keys, recall_keys, session_id="a", grave=grave_suffix("a", "t1")
+        )
         assert await raw.scard(recall_keys.graves) == 1
         await mem.write([{"role": "user", "content": "another day"}], session_id="b", user_id="u")
         assert await mem.flush(user_id="u", timeout=30)

@@ -326,7 +326,7 @@ async def check(run: Run, mem: Memory, raw: Any) -> None:
             if run.must_be_gone(done):
                 assert item is None, f"store item k{done.n} of {user} outlived its clear {why}"
         # No key of a cleared epoch is left.
-        epoch = mem.epochs.get(user)
+        epoch = mem.backend.epochs.get(user)
         async for raw_key in raw.scan_iter(match=mem.layout.user_pattern(user), count=1000):
             parsed = mem.layout.parse_key(raw_key.decode())
             assert parsed.kind == "guard" or parsed.epoch == epoch, f"{raw_key!r} left {why}"

@@ -144,16 +144,16 @@ async def test_a_resent_delete_applies_once(make_memory):
 
 async def test_a_put_whose_reply_was_lost_is_retried_with_its_write_id(make_memory, monkeypatch):
     mem, store = await store_of(make_memory)
-    call = mem.call
+    call = mem.backend.call
 
     async def reply_lost(operation: Any) -> Any:
         await call(operation)
         raise BackendUnavailable("the reply was lost")
 
-    monkeypatch.setattr(mem, "call", reply_lost)
+    monkeypatch.setattr(mem.backend, "call", reply_lost)
     with pytest.raises(BackendUnavailable) as info:
         await store.put(NS, "k", {"v": 1})
-    monkeypatch.setattr(mem, "call", call)
+    monkeypatch.setattr(mem.backend, "call", call)
     assert info.value.write_id
     again = await store.put(NS, "k", {"v": 1}, write_id=info.value.write_id)
     assert again.version == 1
@@ -163,18 +163,18 @@ async def test_a_put_whose_reply_was_lost_is_retried_with_its_write_id(make_memo
 async def test_a_script_sent_twice_applies_once(make_memory, monkeypatch):
     """What the call policy does when an attempt times out after Redis ran it."""
     mem, store = await store_of(make_memory)
-    call = mem.call
+    call = mem.backend.call
 
     async def twice(operation: Any) -> Any:
         await call(operation)
         return await call(operation)
 
-    monkeypatch.setattr(mem, "call", twice)
+    monkeypatch.setattr(mem.backend, "call", twice)
     await store.put(NS, "k", {"v": 1})
     await store.put(NS, "k", {"v": 2})
     await store.delete(NS, "k")
     await store.put(NS, "k", {"v": 3})
-    monkeypatch.setattr(mem, "call", call)
+    monkeypatch.setattr(mem.backend, "call", call)
     history = await store.history(NS, "k")
     assert [(v.version, v.deleted) for v in history] == [
         (1, False),

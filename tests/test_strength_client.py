@@ -60,7 +60,7 @@ async def summarized(make_memory: Any, text: str) -> Memory:
     mem = await make_memory()
     await mem.write([Message(role="user", content=f"m{i}") for i in range(4)], session_id=SID)
     outcome = await summarize_pass(
-        mem, Fixed(text), user_id="default", session_id=SID, keep_recent=0, batch=1
+        mem.backend, Fixed(text), user_id="default", session_id=SID, keep_recent=0, batch=1
     )
     assert outcome.status == "committed"
     assert await mem.read(session_id=SID) == []

@@ -43,7 +43,9 @@ class Fixed:
 async def run(memory: Memory, summarizer: Any, **kwargs: Any) -> SummarizeOutcome:
     kwargs.setdefault("keep_recent", 2)
     kwargs.setdefault("batch", 1)
-    return await summarize_pass(memory, summarizer, user_id="default", session_id=SID, **kwargs)
+    return await summarize_pass(
+        memory.backend, summarizer, user_id="default", session_id=SID, **kwargs
+    )
 
 
 async def pending_mark(memory: Memory) -> Any:
@@ -99,7 +101,7 @@ async def test_a_pass_compacts_by_default(make_memory):
     memory = await make_memory()
     await memory.write(turns(6), session_id=SID)
     outcome = await summarize_pass(
-        memory, Fixed(), user_id="default", session_id=SID, keep_recent=2, batch=1
+        memory.backend, Fixed(), user_id="default", session_id=SID, keep_recent=2, batch=1
     )
     assert (outcome.status, outcome.summarized) == ("committed", 4)
     assert [m.content for m in await memory.read(session_id=SID)] == ["m4", "m5"]
@@ -147,7 +149,7 @@ async def test_settle_clears_the_mark_after_an_idle_pass(summarizing):
     idle = await run(memory, Fixed(), keep_recent=10)
     assert idle.status == "idle"
     assert await settle_pending(
-        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+        memory.backend, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
     )
     assert await pending_mark(memory) is None
 
@@ -157,12 +159,12 @@ async def test_settle_keeps_the_mark_while_messages_wait_for_indexing(summarizin
     await memory.write(turns(4), session_id=SID)
     idle = await run(memory, Fixed(), keep_recent=10)
     assert not await settle_pending(
-        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+        memory.backend, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
     )
     assert await pending_mark(memory) is not None
-    await recall.catch_up(memory, user_id="default", session_id=SID)
+    await recall.catch_up(memory.backend, user_id="default", session_id=SID)
     assert await settle_pending(
-        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+        memory.backend, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
     )
     assert await pending_mark(memory) is None
 
@@ -173,6 +175,6 @@ async def test_settle_keeps_the_mark_when_a_write_came_after_the_pass(summarizin
     idle = await run(memory, Fixed(), keep_recent=10)
     await memory.write(turns(1, start=4), session_id=SID)
     assert not await settle_pending(
-        memory, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
+        memory.backend, user_id="default", session_id=SID, seq=idle.seq, gen=idle.gen
     )
     assert await pending_mark(memory) is not None

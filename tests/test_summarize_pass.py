@@ -61,7 +61,9 @@ async def run_pass(memory: Memory, summarizer: Any, **kwargs: Any) -> Any:
     kwargs.setdefault("keep_recent", 5)
     kwargs.setdefault("batch", 10)
     kwargs.setdefault("compact", memory.config.compact)
-    return await summarize_pass(memory, summarizer, user_id="default", session_id=SID, **kwargs)
+    return await summarize_pass(
+        memory.backend, summarizer, user_id="default", session_id=SID, **kwargs
+    )
 
 
 def contents(messages: Sequence[Message]) -> list[str]:

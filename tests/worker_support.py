@@ -396,7 +396,7 @@ async def session_state(memory: Memory, session_id: str, user_id: str = "default
         ("LLEN", keys.msgs),
         ("GET", keys.summary),
     ]
-    seq, wm, stored, raw_summary = await memory.atomic(reads, key=keys.meta)
+    seq, wm, stored, raw_summary = await memory.backend.atomic(reads, key=keys.meta)
     summary = decode_summary(raw_summary, keys.summary) if raw_summary else None
     return SessionState(
         seq=int(seq or 0),

@@ -21,7 +21,7 @@ from redismem.config import MAX_TTL
 from redismem.models import Message
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = ["read", "ttl_ms", "write"]
 
@@ -33,7 +33,7 @@ def ttl_ms(ttl: object) -> int:
 
 
 async def write(
-    memory: Memory,
+    memory: SessionMemory,
     messages: list[Message],
     *,
     session_id: str,
@@ -61,7 +61,7 @@ async def write(
 
 
 async def read(
-    memory: Memory,
+    memory: SessionMemory,
     *,
     session_id: str,
     user_id: str,

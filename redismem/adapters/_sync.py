@@ -39,7 +39,7 @@ from redismem.core.connection import open_redis
 from redismem.errors import ClientClosed
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = ["aclose_twin", "close_twin", "run_sync"]
 
@@ -47,9 +47,9 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
-_twins: weakref.WeakKeyDictionary[Memory, tuple[Memory, weakref.finalize[Any, Any]]] = (
-    weakref.WeakKeyDictionary()
-)
+_twins: weakref.WeakKeyDictionary[
+    SessionMemory, tuple[SessionMemory, weakref.finalize[Any, Any]]
+] = weakref.WeakKeyDictionary()
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
@@ -75,10 +75,13 @@ def _on_background_loop() -> bool:
     return running is _loop
 
 
-async def _open_twin(original: Memory) -> Memory:
+async def _open_twin(original: SessionMemory) -> SessionMemory:
     config = original.config
     # The original's class: library code is given a Memory, never imports the client.
-    twin = type(original)(config, open_redis(config.url, connect_timeout=config.connect_timeout))
+    make: Any = type(original)
+    twin: SessionMemory = make(
+        config, open_redis(config.url, connect_timeout=config.connect_timeout)
+    )
     try:
         await twin.ping()
     except BaseException:
@@ -87,7 +90,7 @@ async def _open_twin(original: Memory) -> Memory:
     return twin
 
 
-def _close_soon(twin: Memory, loop: asyncio.AbstractEventLoop) -> None:
+def _close_soon(twin: SessionMemory, loop: asyncio.AbstractEventLoop) -> None:
     # A finalizer: may run in any thread, so it does not wait.
     if not loop.is_closed():
         asyncio.run_coroutine_threadsafe(twin.aclose(), loop)
@@ -101,7 +104,7 @@ def _wait(future: concurrent.futures.Future[T]) -> T:
         raise
 
 
-def _twin(original: Memory, loop: asyncio.AbstractEventLoop) -> Memory:
+def _twin(original: SessionMemory, loop: asyncio.AbstractEventLoop) -> SessionMemory:
     with _lock:
         found = _twins.get(original)
         if found is not None:
@@ -114,8 +117,8 @@ def _twin(original: Memory, loop: asyncio.AbstractEventLoop) -> Memory:
 
 
 def run_sync(
-    memory: Memory,
-    operation: Callable[[Memory], Coroutine[Any, Any, T]],
+    memory: SessionMemory,
+    operation: Callable[[SessionMemory], Coroutine[Any, Any, T]],
     method: str,
     instead: str,
 ) -> T:
@@ -126,7 +129,7 @@ def run_sync(
             f"{method} is synchronous and cannot run on redismem's background event loop "
             f"(it would wait for itself): use `await {instead}` instead"
         )
-    if memory._closed:
+    if memory.closed:
         close_twin(memory)
         raise ClientClosed("this Memory was closed with aclose()")
     loop = _background_loop()
@@ -134,7 +137,7 @@ def run_sync(
     return _wait(asyncio.run_coroutine_threadsafe(operation(twin), loop))
 
 
-def _detach(memory: Memory) -> concurrent.futures.Future[None] | None:
+def _detach(memory: SessionMemory) -> concurrent.futures.Future[None] | None:
     with _lock:
         found = _twins.pop(memory, None)
         loop = _loop
@@ -147,7 +150,7 @@ def _detach(memory: Memory) -> concurrent.futures.Future[None] | None:
     return asyncio.run_coroutine_threadsafe(twin.aclose(), loop)
 
 
-def close_twin(memory: Memory) -> None:
+def close_twin(memory: SessionMemory) -> None:
     """Close ``memory``'s background twin, if it has one (the next sync call
     opens another). Waits for it, except on the background loop itself."""
     future = _detach(memory)
@@ -155,7 +158,7 @@ def close_twin(memory: Memory) -> None:
         future.result()
 
 
-async def aclose_twin(memory: Memory) -> None:
+async def aclose_twin(memory: SessionMemory) -> None:
     """``close_twin`` for async code: awaits the closing."""
     future = _detach(memory)
     if future is not None:

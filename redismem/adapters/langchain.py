@@ -77,7 +77,7 @@ from redismem.errors import InvalidInput, MissingDependency
 from redismem.models import Message, ToolCall
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -243,7 +243,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         session_id: str,
         user_id: str = "default",
         *,
@@ -272,7 +272,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     # -- the work, on a given Memory (the caller's, or the sync twin) --------
 
-    async def _read(self, memory: Memory) -> list[BaseMessage]:
+    async def _read(self, memory: SessionMemory) -> list[BaseMessage]:
         stored = await _retention.read(
             memory,
             session_id=self.session_id,
@@ -282,7 +282,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         )
         return [_decode(m) for m in stored]
 
-    async def _write(self, memory: Memory, messages: list[Message]) -> None:
+    async def _write(self, memory: SessionMemory, messages: list[Message]) -> None:
         await _retention.write(
             memory,
             messages,
@@ -293,7 +293,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
             ttl=self._ttl_ms,
         )
 
-    async def _clear(self, memory: Memory) -> None:
+    async def _clear(self, memory: SessionMemory) -> None:
         await memory.clear(session_id=self.session_id, user_id=self.user_id)
 
     def _convert(self, messages: Sequence[BaseMessage]) -> list[Message]:

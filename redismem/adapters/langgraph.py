@@ -1,6 +1,6 @@
 """LangGraph checkpointer on plain Redis (``redismem[langgraph]``).
 
-``RedisMemSaver(memory, ttl=None, serde=None)`` is a
+``RedisMemSaver(backend, ttl=None, serde=None)`` is a
 ``langgraph.checkpoint.base.BaseCheckpointSaver``: pass it as the
 ``checkpointer`` of ``StateGraph.compile``. It needs no Redis module (no
 RedisJSON, no RediSearch): hashes, sorted sets and Lua, so it runs on Redis 7,
@@ -105,7 +105,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langgraph-checkpoint", "langgraph") from exc
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend
+    from redismem.surface import SessionMemory
 
 __all__ = ["RedisMemSaver"]
 
@@ -135,19 +136,19 @@ def _blob_ref(channel: str, version: str | int | float) -> str:
 # -- scripts ------------------------------------------------------------------------------
 
 
-async def _command(memory: Memory, *args: Any) -> Any:
+async def _command(backend: Backend, *args: Any) -> Any:
     """One Redis command under the client's call policy."""
-    return await memory.call(lambda redis: redis.execute_command(*args))
+    return await backend.call(lambda redis: redis.execute_command(*args))
 
 
-async def _script(memory: Memory, name: str, keys: GraphThreadKeys, args: Sequence[Any]) -> Any:
+async def _script(backend: Backend, name: str, keys: GraphThreadKeys, args: Sequence[Any]) -> Any:
     source = script_source(f"lg_{name}")
 
     async def operation(redis: Any) -> Any:
         # Registered per client: the sync methods run on a twin's client.
         return await redis.register_script(source)(keys=keys.all(), args=list(args))
 
-    return await memory.call(operation)
+    return await backend.call(operation)
 
 
 # -- encoding -----------------------------------------------------------------------------
@@ -211,13 +212,13 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        memory: Memory,
+        backend: Backend,
         *,
         ttl: float | None = None,
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.memory = check_memory(memory)
+        self.memory = check_memory(backend)
         self.ttl = ttl
         self._ttl_ms = ttl_ms(ttl)
         self._layout = self.memory.layout
@@ -282,10 +283,10 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         )
 
     async def _read(
-        self, memory: Memory, thread_id: str, args: Sequence[str]
+        self, backend: Backend, thread_id: str, args: Sequence[str]
     ) -> list[CheckpointTuple]:
         keys = self.keys(thread_id)
-        rows = await _script(memory, "read", keys, args)
+        rows = await _script(backend, "read", keys, args)
         found = []
         for row in rows:
             decoded = self._decode(thread_id, keys, row)
@@ -293,7 +294,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
                 found.append(decoded[0])
         return found
 
-    async def _get_tuple(self, memory: Memory, config: RunnableConfig) -> CheckpointTuple | None:
+    async def _get_tuple(self, backend: Backend, config: RunnableConfig) -> CheckpointTuple | None:
         conf = _configurable(config)
         thread_id = _thread(conf)
         checkpoint_ns = conf.get("checkpoint_ns") or ""
@@ -302,17 +303,17 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
             args = ["0", _cid(checkpoint_ns, checkpoint_id)]
         else:
             args = ["1", escape_id(checkpoint_ns)]
-        found = await self._read(memory, thread_id, args)
+        found = await self._read(backend, thread_id, args)
         return found[0] if found else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``), else the
         latest of its thread and namespace; None when there is none."""
-        return await self._get_tuple(self.memory, config)
+        return await self._get_tuple(self.memory.backend, config)
 
     async def _members(
         self,
-        memory: Memory,
+        backend: Backend,
         keys: GraphThreadKeys,
         checkpoint_ns: str | None,
         high: bytes,
@@ -321,14 +322,14 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         """Up to ``count`` members of ``ids`` below ``high`` (a ZRANGEBYLEX
         bound), newest first, of one namespace or (``None``) of all."""
         low = b"-" if checkpoint_ns is None else b"[" + escape_id(checkpoint_ns).encode() + b"/"
-        raw: list[bytes] = await memory.call(
+        raw: list[bytes] = await backend.call(
             lambda redis: redis.zrevrangebylex(keys.ids, high, low, start=0, num=count)
         )
         return [_text(member) for member in raw]
 
     async def _list_thread(
         self,
-        memory: Memory,
+        backend: Backend,
         thread_id: str,
         checkpoint_ns: str | None,
         checkpoint_id: str | None,
@@ -340,7 +341,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         if checkpoint_id is not None:
             if checkpoint_ns is None:
                 # The checkpoint may be in any namespace of the thread.
-                everything = await self._members(memory, keys, None, b"+", -1)
+                everything = await self._members(backend, keys, None, b"+", -1)
                 members = [m for m in everything if _split_cid(m)[1] == checkpoint_id]
             else:
                 members = [_cid(checkpoint_ns, checkpoint_id)]
@@ -353,7 +354,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         while limit is None or limit > 0:
             if checkpoint_id is None:
                 page = _PAGE if filter or limit is None else min(_PAGE, limit)
-                members = await self._members(memory, keys, checkpoint_ns, high, page)
+                members = await self._members(backend, keys, checkpoint_ns, high, page)
                 last = len(members) < page
                 if members:
                     high = b"(" + members[-1].encode()
@@ -362,14 +363,14 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
             if before_id is not None:
                 members = [m for m in members if _split_cid(m)[1] < before_id]
             if filter and members:
-                records: list[bytes | None] = await _command(memory, "HMGET", keys.ck, *members)
+                records: list[bytes | None] = await _command(backend, "HMGET", keys.ck, *members)
                 members = [
                     m
                     for m, raw in zip(members, records, strict=True)
                     if raw is not None and _matches(self._metadata(raw, keys.ck), filter)
                 ]
             if members:
-                for tup in await self._read(memory, thread_id, ["0", *members]):
+                for tup in await self._read(backend, thread_id, ["0", *members]):
                     if limit is not None:
                         if limit <= 0:
                             return
@@ -383,13 +384,13 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         metadata: dict[str, Any] = self.serde.loads_typed((fields[2], fields[3]))
         return metadata
 
-    async def _threads(self, memory: Memory) -> list[str]:
+    async def _threads(self, backend: Backend) -> list[str]:
         """Every thread of the namespace (SCAN)."""
         threads: set[str] = set()
         cursor = "0"
         pattern = self._layout.graph_threads_pattern()
         while True:
-            cursor, batch = await memory.call(
+            cursor, batch = await backend.call(
                 functools.partial(scan_once, cursor=cursor, pattern=pattern)
             )
             for raw in batch:
@@ -401,7 +402,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
 
     async def _list(
         self,
-        memory: Memory,
+        backend: Backend,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
@@ -416,11 +417,11 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
             checkpoint_ns: str | None = conf.get("checkpoint_ns")
             checkpoint_id = get_checkpoint_id(config)
         else:
-            threads = await self._threads(memory)
+            threads = await self._threads(backend)
             checkpoint_ns = checkpoint_id = None
         for thread_id in threads:
             async for tup in self._list_thread(
-                memory, thread_id, checkpoint_ns, checkpoint_id, filter, before_id, limit
+                backend, thread_id, checkpoint_ns, checkpoint_id, filter, before_id, limit
             ):
                 if limit is not None:
                     limit -= 1
@@ -439,14 +440,14 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         """Checkpoints newest first: of ``config``'s thread (and namespace, when
         it names one; every thread when ``config`` is None), whose metadata has
         every ``filter`` item, older than ``before``'s checkpoint, at most ``limit``."""
-        async for tup in self._list(self.memory, config, filter, before, limit):
+        async for tup in self._list(self.memory.backend, config, filter, before, limit):
             yield tup
 
     # -- writes -----------------------------------------------------------------------
 
     async def _put(
         self,
-        memory: Memory,
+        backend: Backend,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
@@ -478,10 +479,10 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
                     _pack(self._dump(values[channel])),
                 ]
         if run:
-            await self._index_run(memory, run_id, thread_id)
+            await self._index_run(backend, run_id, thread_id)
         keys = self.keys(thread_id)
         await _script(
-            memory,
+            backend,
             "put",
             keys,
             [self._ttl_ms, _cid(checkpoint_ns, checkpoint_id), record, f"{run}|{refs}", *blobs],
@@ -492,7 +493,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         value_type, value_bytes = self.serde.dumps_typed(value)
         return [value_type, value_bytes]
 
-    async def _index_run(self, memory: Memory, run_id: Any, thread_id: str) -> None:
+    async def _index_run(self, backend: Backend, run_id: Any, thread_id: str) -> None:
         key = self._layout.graph_run(str(run_id))
         member = escape_id(thread_id)
         ttl = self._ttl_ms
@@ -504,7 +505,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
                 pipe.pexpire(key, ttl)
             await pipe.execute()
 
-        await memory.call(index)
+        await backend.call(index)
 
     async def aput(
         self,
@@ -515,11 +516,11 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Store a checkpoint (its parent is ``config``'s ``checkpoint_id``) and
         the values of the channels in ``new_versions``; returns its config."""
-        return await self._put(self.memory, config, checkpoint, metadata, new_versions)
+        return await self._put(self.memory.backend, config, checkpoint, metadata, new_versions)
 
     async def _put_writes(
         self,
-        memory: Memory,
+        backend: Backend,
         config: RunnableConfig,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
@@ -542,7 +543,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
                 "1" if index < 0 else "0",
             ]
         if len(args) > 1:
-            await _script(memory, "put_writes", self.keys(thread_id), args)
+            await _script(backend, "put_writes", self.keys(thread_id), args)
 
     async def aput_writes(
         self,
@@ -552,54 +553,56 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store the pending writes of a task on ``config``'s checkpoint."""
-        await self._put_writes(self.memory, config, writes, task_id, task_path)
+        await self._put_writes(self.memory.backend, config, writes, task_id, task_path)
 
     # -- deletion and maintenance ---------------------------------------------------------
 
-    async def _run_ids(self, memory: Memory, keys: GraphThreadKeys) -> set[str]:
-        members: list[bytes] = await memory.call(lambda redis: redis.zrange(keys.runs, 0, -1))
+    async def _run_ids(self, backend: Backend, keys: GraphThreadKeys) -> set[str]:
+        members: list[bytes] = await backend.call(lambda redis: redis.zrange(keys.runs, 0, -1))
         return {_text(m).partition("/")[0] for m in members}
 
-    async def _forget_runs(self, memory: Memory, thread_id: str, runs: Sequence[str]) -> None:
+    async def _forget_runs(self, backend: Backend, thread_id: str, runs: Sequence[str]) -> None:
         """Drop ``thread_id`` from the index of each escaped run id of ``runs``."""
         member = escape_id(thread_id)
         for run in runs:
             key = self._layout.graph_run(unescape_id(run))
-            await _command(memory, "SREM", key, member)
+            await _command(backend, "SREM", key, member)
 
-    async def _delete_thread(self, memory: Memory, thread_id: str) -> None:
+    async def _delete_thread(self, backend: Backend, thread_id: str) -> None:
         keys = self.keys(str(thread_id))
-        runs = await self._run_ids(memory, keys)
-        await memory.call(lambda redis: redis.unlink(*keys.all()))
-        await self._forget_runs(memory, str(thread_id), sorted(runs))
+        runs = await self._run_ids(backend, keys)
+        await backend.call(lambda redis: redis.unlink(*keys.all()))
+        await self._forget_runs(backend, str(thread_id), sorted(runs))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write and channel value of a thread."""
-        await self._delete_thread(self.memory, thread_id)
+        await self._delete_thread(self.memory.backend, thread_id)
 
-    async def _delete_for_runs(self, memory: Memory, run_ids: Sequence[str]) -> None:
+    async def _delete_for_runs(self, backend: Backend, run_ids: Sequence[str]) -> None:
         for run_id in run_ids:
             key = self._layout.graph_run(str(run_id))
-            members: set[bytes] = await _command(memory, "SMEMBERS", key)
+            members: set[bytes] = await _command(backend, "SMEMBERS", key)
             for raw in sorted(members):
                 thread_id = unescape_id(_text(raw))
-                await _script(memory, "delete_runs", self.keys(thread_id), [escape_id(str(run_id))])
-            await _command(memory, "UNLINK", key)
+                await _script(
+                    backend, "delete_runs", self.keys(thread_id), [escape_id(str(run_id))]
+                )
+            await _command(backend, "UNLINK", key)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id``
         is one of ``run_ids``, in every thread."""
-        await self._delete_for_runs(self.memory, run_ids)
+        await self._delete_for_runs(self.memory.backend, run_ids)
 
-    async def _copy_thread(self, memory: Memory, source: str, target: str) -> None:
+    async def _copy_thread(self, backend: Backend, source: str, target: str) -> None:
         src, dst = self.keys(str(source)), self.keys(str(target))
-        ck, ix, bl, wr = await memory.atomic(
+        ck, ix, bl, wr = await backend.atomic(
             [("HGETALL", src.ck), ("HGETALL", src.ix), ("HGETALL", src.bl), ("HGETALL", src.wr)],
             key=src.ck,
         )
         runs = {run for raw in _pairs(ix).values() if (run := _text(raw).partition("|")[0])}
         for run in sorted(runs):
-            await self._index_run(memory, unescape_id(run), str(target))
+            await self._index_run(backend, unescape_id(run), str(target))
         blobs = [x for pair in _pairs(bl).items() for x in pair]
         writes = [x for pair in _pairs(wr).items() for x in pair]
         ixs = _pairs(ix)
@@ -608,34 +611,34 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
             step = _COPY_BATCH * width
             for start in range(0, len(flat), step):
                 await _script(
-                    memory, "import", dst, [self._ttl_ms, kind, *flat[start : start + step]]
+                    backend, "import", dst, [self._ttl_ms, kind, *flat[start : start + step]]
                 )
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, write and channel value of a thread into
         another (checkpoints already in the target with the same id are replaced)."""
-        await self._copy_thread(self.memory, source_thread_id, target_thread_id)
+        await self._copy_thread(self.memory.backend, source_thread_id, target_thread_id)
 
-    async def _prune(self, memory: Memory, thread_ids: Sequence[str], strategy: str) -> None:
+    async def _prune(self, backend: Backend, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in _STRATEGIES:
             raise InvalidInput(f"strategy must be one of {_STRATEGIES}, got {strategy!r}")
         for thread_id in thread_ids:
             if strategy == "delete":
-                await self._delete_thread(memory, thread_id)
+                await self._delete_thread(backend, thread_id)
                 continue
-            gone = await _script(memory, "prune", self.keys(str(thread_id)), [])
-            await self._forget_runs(memory, str(thread_id), [_text(run) for run in gone])
+            gone = await _script(backend, "prune", self.keys(str(thread_id)), [])
+            await self._forget_runs(backend, str(thread_id), [_text(run) for run in gone])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep only the latest checkpoint of each namespace
         of each thread; ``"delete"``: delete the threads."""
-        await self._prune(self.memory, thread_ids, strategy)
+        await self._prune(self.memory.backend, thread_ids, strategy)
 
     # -- sync methods (a background event loop; see redismem.adapters) ------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return run_sync(
-            self.memory, lambda m: self._get_tuple(m, config), "get_tuple()", "aget_tuple()"
+            self.memory, lambda m: self._get_tuple(m.backend, config), "get_tuple()", "aget_tuple()"
         )
 
     def list(
@@ -646,8 +649,8 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        async def collect(memory: Memory) -> list[CheckpointTuple]:
-            return [t async for t in self._list(memory, config, filter, before, limit)]
+        async def collect(twin: SessionMemory) -> list[CheckpointTuple]:
+            return [t async for t in self._list(twin.backend, config, filter, before, limit)]
 
         return iter(run_sync(self.memory, collect, "list()", "alist()"))
 
@@ -660,7 +663,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         return run_sync(
             self.memory,
-            lambda m: self._put(m, config, checkpoint, metadata, new_versions),
+            lambda m: self._put(m.backend, config, checkpoint, metadata, new_versions),
             "put()",
             "aput()",
         )
@@ -674,7 +677,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     ) -> None:
         run_sync(
             self.memory,
-            lambda m: self._put_writes(m, config, writes, task_id, task_path),
+            lambda m: self._put_writes(m.backend, config, writes, task_id, task_path),
             "put_writes()",
             "aput_writes()",
         )
@@ -682,7 +685,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         run_sync(
             self.memory,
-            lambda m: self._delete_thread(m, thread_id),
+            lambda m: self._delete_thread(m.backend, thread_id),
             "delete_thread()",
             "adelete_thread()",
         )
@@ -690,7 +693,7 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         run_sync(
             self.memory,
-            lambda m: self._delete_for_runs(m, run_ids),
+            lambda m: self._delete_for_runs(m.backend, run_ids),
             "delete_for_runs()",
             "adelete_for_runs()",
         )
@@ -698,13 +701,18 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run_sync(
             self.memory,
-            lambda m: self._copy_thread(m, source_thread_id, target_thread_id),
+            lambda m: self._copy_thread(m.backend, source_thread_id, target_thread_id),
             "copy_thread()",
             "acopy_thread()",
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        run_sync(self.memory, lambda m: self._prune(m, thread_ids, strategy), "prune()", "aprune()")
+        run_sync(
+            self.memory,
+            lambda m: self._prune(m.backend, thread_ids, strategy),
+            "prune()",
+            "aprune()",
+        )
 
     def close(self) -> None:
         """Close the background twin of the ``Memory`` the sync methods use

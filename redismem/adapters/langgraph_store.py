@@ -156,8 +156,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langgraph-checkpoint", "langgraph") from exc
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
     from redismem.longterm.store import Item as StoredItem
+    from redismem.surface import SessionMemory
 
 __all__ = ["MAX_VECTOR_CANDIDATES", "VECTORS_KEY", "RedisMemStore"]
 
@@ -549,7 +549,7 @@ class RedisMemStore(BaseStore):
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
@@ -652,7 +652,7 @@ class RedisMemStore(BaseStore):
             found = {q: _check_vector(v, self._dims) for q, v in zip(queries, vectors, strict=True)}
         return documents, found
 
-    async def _batch(self, memory: Memory, ops: list[Op]) -> list[Result]:
+    async def _batch(self, memory: SessionMemory, ops: list[Op]) -> list[Result]:
         ops = [_with_tuple_paths(op) for op in ops]
         for op in ops:
             self._check(op)
@@ -671,7 +671,7 @@ class RedisMemStore(BaseStore):
                 results.append(await self._list_namespaces(memory, op))
         return results
 
-    async def _put(self, memory: Memory, op: PutOp, documents: dict[str, list[int]]) -> None:
+    async def _put(self, memory: SessionMemory, op: PutOp, documents: dict[str, list[int]]) -> None:
         if op.value is None:
             await memory.store.delete(op.namespace, op.key)
             return
@@ -684,7 +684,7 @@ class RedisMemStore(BaseStore):
         await memory.store.put(op.namespace, op.key, value, ttl=ttl)
 
     async def _search(
-        self, memory: Memory, op: SearchOp, queries: dict[str, list[float]]
+        self, memory: SessionMemory, op: SearchOp, queries: dict[str, list[float]]
     ) -> list[SearchItem]:
         flt = _store_filter(_translate_filter(op.filter))
         limit = check_int("limit", op.limit)
@@ -711,7 +711,9 @@ class RedisMemStore(BaseStore):
         ranked += [_search_item(item, None) for item in scoreless]
         return ranked[offset : offset + limit]
 
-    async def _list_namespaces(self, memory: Memory, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+    async def _list_namespaces(
+        self, memory: SessionMemory, op: ListNamespacesOp
+    ) -> list[tuple[str, ...]]:
         max_depth = op.max_depth
         if max_depth is not None:
             check_int("max_depth", max_depth, minimum=1)

@@ -87,7 +87,7 @@ from redismem.errors import InvalidInput, MissingDependency
 from redismem.models import Message, ToolCall
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 try:
     from llama_index.core.base.llms import types as _types
@@ -253,10 +253,10 @@ class RedisMemChatStore(BaseChatStore):
     tags: dict[str, str] | None = None
     ttl: float | None = None
 
-    _memory: Memory = PrivateAttr()
+    _memory: SessionMemory = PrivateAttr()
     _ttl_ms: int = PrivateAttr(default=0)
 
-    def __init__(self, memory: Memory, user_id: str = "default", **data: Any) -> None:
+    def __init__(self, memory: SessionMemory, user_id: str = "default", **data: Any) -> None:
         ttl = _retention.ttl_ms(data.get("ttl"))
         super().__init__(**{**data, "user_id": user_id})
         self._memory = check_memory(memory)
@@ -267,15 +267,15 @@ class RedisMemChatStore(BaseChatStore):
         return "RedisMemChatStore"
 
     @property
-    def memory(self) -> Memory:
+    def memory(self) -> SessionMemory:
         return self._memory
 
     # -- the work, on a given Memory (the caller's, or the sync twin) --------
 
-    async def _read(self, memory: Memory, key: str) -> list[Message]:
+    async def _read(self, memory: SessionMemory, key: str) -> list[Message]:
         return await _retention.read(memory, session_id=key, user_id=self.user_id)
 
-    async def _write(self, memory: Memory, key: str, messages: list[Message]) -> None:
+    async def _write(self, memory: SessionMemory, key: str, messages: list[Message]) -> None:
         await _retention.write(
             memory,
             messages,
@@ -286,25 +286,25 @@ class RedisMemChatStore(BaseChatStore):
             ttl=self._ttl_ms,
         )
 
-    async def _set(self, memory: Memory, key: str, messages: list[Message]) -> None:
+    async def _set(self, memory: SessionMemory, key: str, messages: list[Message]) -> None:
         await memory.clear(session_id=key, user_id=self.user_id)
         if messages:
             await self._write(memory, key, messages)
 
-    async def _get(self, memory: Memory, key: str) -> list[ChatMessage]:
+    async def _get(self, memory: SessionMemory, key: str) -> list[ChatMessage]:
         return [_decode(m) for m in await self._read(memory, key)]
 
-    async def _add(self, memory: Memory, key: str, message: Message) -> None:
+    async def _add(self, memory: SessionMemory, key: str, message: Message) -> None:
         await self._write(memory, key, [message])
 
-    async def _delete_all(self, memory: Memory, key: str) -> list[ChatMessage] | None:
+    async def _delete_all(self, memory: SessionMemory, key: str) -> list[ChatMessage] | None:
         stored = await self._read(memory, key)
         if not stored:
             return None
         await memory.clear(session_id=key, user_id=self.user_id)
         return [_decode(m) for m in stored]
 
-    async def _delete_at(self, memory: Memory, key: str, idx: int) -> ChatMessage | None:
+    async def _delete_at(self, memory: SessionMemory, key: str, idx: int) -> ChatMessage | None:
         stored = await self._read(memory, key)
         if not -len(stored) <= idx < len(stored):
             return None
@@ -312,7 +312,7 @@ class RedisMemChatStore(BaseChatStore):
         await self._set(memory, key, stored)
         return _decode(removed)
 
-    async def _keys(self, memory: Memory) -> list[str]:
+    async def _keys(self, memory: SessionMemory) -> list[str]:
         return [s.session_id for s in await memory.sessions(user_id=self.user_id)]
 
     @staticmethod

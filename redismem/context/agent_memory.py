@@ -89,7 +89,7 @@ from redismem.summarization.job import summarize_pass
 from redismem.summarization.summarizers import Summarizer
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = [
     "AgentMemory",
@@ -247,7 +247,7 @@ class AgentMemory:
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         session_id: str,
         user_id: str = "default",
         *,
@@ -287,7 +287,7 @@ class AgentMemory:
     # -- properties ----------------------------------------------------------
 
     @property
-    def memory(self) -> Memory:
+    def memory(self) -> SessionMemory:
         return self._memory
 
     @property
@@ -614,7 +614,7 @@ class AgentMemory:
         verifier = _VerifyingSummarizer(summarizer, stored, previous_text)
         try:
             outcome = await summarize_pass(
-                self._memory,
+                self._memory.backend,
                 verifier,
                 user_id=self._user_id,
                 session_id=self._session_id,

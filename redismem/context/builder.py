@@ -62,7 +62,7 @@ from redismem.errors import InvalidInput
 from redismem.models import STORE_FIELDS, Message
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = ["BuiltContext", "build_context"]
 
@@ -207,7 +207,7 @@ class _MemoryBlock:
 
 
 async def build_context(
-    memory: Memory,
+    memory: SessionMemory,
     *,
     session_id: str,
     user_id: str = "default",
@@ -327,7 +327,7 @@ async def build_context(
 
 
 async def _remembered(
-    memory: Memory, user_id: str, request: Message, profile: bool, count: int
+    memory: SessionMemory, user_id: str, request: Message, profile: bool, count: int
 ) -> tuple[list[str], list[str]]:
     """Profile lines from the user's facts about themselves (with
     ``profile``), and up to ``count`` other memories relevant to the
@@ -351,7 +351,7 @@ async def _remembered(
 
 
 async def _recalled(
-    memory: Memory, session_id: str, user_id: str, request: Message, count: int
+    memory: SessionMemory, session_id: str, user_id: str, request: Message, count: int
 ) -> list[str]:
     """Up to ``count`` messages of the user's other sessions that match the
     request, best first, rendered as lines for the memory message."""

@@ -52,7 +52,7 @@ from redismem.summarization.job import settle_pending, summarize_pass
 from redismem.summarization.summarizers import Summarizer
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.surface import SessionMemory
 
 __all__ = [
     "BufferMemory",
@@ -135,12 +135,12 @@ def _limits_strategy(max_messages: int | None, max_tokens: int | None) -> Memory
 class _StoreProvider:
     """Writes, clears and entries shared by the providers on one ``Memory``."""
 
-    def __init__(self, memory: Memory, *, store_system: bool | None) -> None:
+    def __init__(self, memory: SessionMemory, *, store_system: bool | None) -> None:
         self._memory = check_memory(memory)
         self._store_system = check_optional_bool("store_system", store_system)
 
     @property
-    def memory(self) -> Memory:
+    def memory(self) -> SessionMemory:
         """The ``Memory`` this provider reads and writes."""
         return self._memory
 
@@ -199,7 +199,7 @@ class BufferMemory(_StoreProvider):
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         max_messages: int | None = None,
         max_tokens: int | None = None,
         *,
@@ -254,7 +254,7 @@ class LastTurnsMemory(_StoreProvider):
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         max_tokens: int | None = None,
         max_turns: int | None = None,
         *,
@@ -325,7 +325,7 @@ class SummarizingMemory(_StoreProvider):
 
     def __init__(
         self,
-        memory: Memory,
+        memory: SessionMemory,
         recent_messages: int,
         summarizer: Summarizer | None = None,
         summarize_every: int = 20,
@@ -404,7 +404,7 @@ class SummarizingMemory(_StoreProvider):
         try:
             for _ in range(_INLINE_PASSES):
                 outcome = await summarize_pass(
-                    self._memory,
+                    self._memory.backend,
                     summarizer,
                     user_id=user_id,
                     session_id=session_id,
@@ -416,7 +416,7 @@ class SummarizingMemory(_StoreProvider):
                     # Nothing to summarize yet (e.g. tool results still to come):
                     # clear the mark, so the write that makes it due marks it anew.
                     await settle_pending(
-                        self._memory,
+                        self._memory.backend,
                         user_id=user_id,
                         session_id=session_id,
                         seq=outcome.seq,

@@ -43,20 +43,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redismem.checks import new_write_id
 from redismem.core.connection import EpochMoved, scan_once
+from redismem.core.epochs import UserEpochs, in_epoch
 from redismem.core.keys import EPOCH_MARK, KeyLayout, ParsedKey
-from redismem.errors import BackendError, InvalidInput
+from redismem.errors import InvalidInput
 
 if TYPE_CHECKING:
     from redismem.core.scripts import Scoped
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend
 
 __all__ = [
     "EpochMoved",
@@ -78,11 +78,6 @@ T = TypeVar("T")
 #: A new guard lives at least this long (a day): longer than any worker job
 #: or retried call that may still hold an earlier epoch.
 GUARD_MIN_TTL_MS = 24 * 3600 * 1000
-#: Epochs remembered per client (users cleared while it runs: few).
-_EPOCHS_KEPT = 65536
-#: Times a call builds its keys again before giving up (the user cleared that
-#: many times during one call).
-_EPOCH_TRIES = 8
 #: Keys unlinked per command while reaping.
 _UNLINK_BATCH = 1000
 #: Keys SCAN examines per call while reaping (a user may have 10^5 keys).
@@ -92,55 +87,23 @@ _SCAN_COUNT = 5000
 GUARD_SETTLE_GRACE_MS = 5 * 60 * 1000
 
 
-class UserEpochs:
-    """The epoch of each user as this client last saw it (0 when unknown:
-    most users are never cleared). A wrong guess costs one more round trip:
-    the script refuses it and names the current epoch."""
-
-    def __init__(self) -> None:
-        self._epochs: OrderedDict[str, int] = OrderedDict()
-
-    def get(self, user_id: str) -> int:
-        return self._epochs.get(user_id, 0)
-
-    def set(self, user_id: str, epoch: int) -> None:
-        if not epoch:
-            self._epochs.pop(user_id, None)
-            return
-        self._epochs[user_id] = epoch
-        self._epochs.move_to_end(user_id)
-        if len(self._epochs) > _EPOCHS_KEPT:
-            self._epochs.popitem(last=False)
-
-
-async def in_epoch(epochs: UserEpochs, user_id: str, op: Callable[[int], Awaitable[T]]) -> T:
-    """``op(epoch)`` for the user's current epoch: run again, with keys built
-    anew, when the user was cleared since this client last looked."""
-    for _ in range(_EPOCH_TRIES):
-        try:
-            return await op(epochs.get(user_id))
-        except EpochMoved as moved:
-            epochs.set(user_id, moved.current)
-    raise BackendError(f"user {user_id!r} was cleared {_EPOCH_TRIES} times during one call")
-
-
-async def current_epoch(memory: Memory, user_id: str) -> int:
+async def current_epoch(backend: Backend, user_id: str) -> int:
     """The user's epoch now (read from the guard), remembered by the client."""
-    guard = memory.layout.guard(user_id)
-    raw = await memory.call(lambda redis: redis.hget(guard, "e"))
+    guard = backend.layout.guard(user_id)
+    raw = await backend.call(lambda redis: redis.hget(guard, "e"))
     epoch = int(raw) if raw is not None else 0
-    memory.epochs.set(user_id, epoch)
+    backend.epochs.set(user_id, epoch)
     return epoch
 
 
 async def read_guarded(
-    memory: Memory, scope: Scoped, commands: Sequence[Sequence[Any]]
+    backend: Backend, scope: Scoped, commands: Sequence[Sequence[Any]]
 ) -> list[Any]:
     """The replies of ``commands``, plain reads of keys built for ``scope``'s
     epoch, run in one MULTI with a read of the guard: ``EpochMoved`` when the
     user was cleared since (the way every plain read of a user's keys is
     guarded, as ``_guard.lua`` guards the scripts)."""
-    raw, *replies = await memory.atomic([("HGET", scope.guard, "e"), *commands], key=scope.guard)
+    raw, *replies = await backend.atomic([("HGET", scope.guard, "e"), *commands], key=scope.guard)
     current = int(raw) if raw is not None else 0
     if current != scope.epoch:
         raise EpochMoved(current)
@@ -154,53 +117,53 @@ def user_digest(namespace: str, user_id: str) -> str:
     return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
-async def clear_user(memory: Memory, user_id: str) -> int:
+async def clear_user(backend: Backend, user_id: str) -> int:
     """See ``Memory.clear_user``. Returns the number of keys deleted."""
-    epoch = await _new_epoch(memory, user_id)
-    return await finish_clear(memory, user_id, epoch)
+    epoch = await _new_epoch(backend, user_id)
+    return await finish_clear(backend, user_id, epoch)
 
 
-async def finish_clear(memory: Memory, user_id: str, epoch: int) -> int:
+async def finish_clear(backend: Backend, user_id: str, epoch: int) -> int:
     """The rest of a clear that started ``epoch``: delete the earlier epochs'
     keys and queued jobs, then settle the guard. Idempotent: the workers'
     sweep runs it for a clear whose caller died halfway (``unfinished_clear``)."""
-    removed = await reap(memory, user_id, below=epoch)
-    await memory.queue.forget_user(memory.layout, user_id)
-    await _settle_guard(memory, user_id, epoch)
+    removed = await reap(backend, user_id, below=epoch)
+    await backend.queue.forget_user(backend.layout, user_id)
+    await _settle_guard(backend, user_id, epoch)
     return removed
 
 
-async def unfinished_clear(memory: Memory, guard_key: str | bytes) -> tuple[str, int] | None:
+async def unfinished_clear(backend: Backend, guard_key: str | bytes) -> tuple[str, int] | None:
     """``(user, epoch)`` when ``guard_key`` (a match of
     ``KeyLayout.guard_pattern``) is the guard of a clear not finished after
     ``GUARD_SETTLE_GRACE_MS`` (its caller died), else None."""
     text = guard_key.decode() if isinstance(guard_key, bytes) else guard_key
     try:
-        parsed = memory.layout.parse_key(text)
+        parsed = backend.layout.parse_key(text)
     except InvalidInput:
         return None
     if parsed.kind != "guard" or parsed.session_id is not None:
         return None
-    epoch, reaped, at = await memory.call(lambda redis: redis.hmget(text, "e", "reaped", "at"))
+    epoch, reaped, at = await backend.call(lambda redis: redis.hmget(text, "e", "reaped", "at"))
     if epoch is None or epoch == reaped or at is None:
         return None
-    now_ms = await memory.call(lambda redis: redis.time())
+    now_ms = await backend.call(lambda redis: redis.time())
     if (now_ms[0] * 1000 + now_ms[1] // 1000) - int(at) < GUARD_SETTLE_GRACE_MS:
         return None  # its clear_user may still be running
     return parsed.user_id, int(epoch)
 
 
-async def clear_all(memory: Memory) -> int:
+async def clear_all(backend: Backend) -> int:
     """See ``Memory.clear_all``: every user found as ``clear_user`` clears
     one, in two passes over the namespace whatever the number of users; keys
     of no user (LangGraph threads) are deleted as found."""
-    layout = memory.layout
+    layout = backend.layout
     epochs: dict[str, int] = {}
-    async for batch in _scan(memory, layout.namespace_pattern(), None):
+    async for batch in _scan(backend, layout.namespace_pattern(), None):
         for raw_key in batch:
             parsed = _parsed(layout, raw_key)
             if parsed is not None and parsed.user_id not in epochs:
-                epochs[parsed.user_id] = await _new_epoch(memory, parsed.user_id)
+                epochs[parsed.user_id] = await _new_epoch(backend, parsed.user_id)
 
     def doomed(raw_key: bytes) -> bool:
         parsed = _parsed(layout, raw_key)
@@ -209,17 +172,17 @@ async def clear_all(memory: Memory) -> int:
         below = epochs.get(parsed.user_id)
         return below is not None and parsed.kind != "guard" and parsed.epoch < below
 
-    removed = await _delete(memory, layout.namespace_pattern(), None, doomed)
-    await memory.queue.forget_user(layout, None)
+    removed = await _delete(backend, layout.namespace_pattern(), None, doomed)
+    await backend.queue.forget_user(layout, None)
     for user_id, epoch in epochs.items():
-        await _settle_guard(memory, user_id, epoch)
+        await _settle_guard(backend, user_id, epoch)
     return removed
 
 
-async def reap(memory: Memory, user_id: str, *, below: int) -> int:
+async def reap(backend: Backend, user_id: str, *, below: int) -> int:
     """Delete every key of the user's epochs before ``below`` (no script can
     reach them any more: see the module docstring). Returns how many."""
-    layout = memory.layout
+    layout = backend.layout
     prefix = layout.user_tag_prefix(user_id).encode()
     mark = EPOCH_MARK.encode()
 
@@ -234,23 +197,23 @@ async def reap(memory: Memory, user_id: str, *, below: int) -> int:
         digits = rest[1:].partition(b":")[0]
         return digits.isdigit() and int(digits) < below
 
-    return await _delete(memory, layout.user_pattern(user_id), layout.guard(user_id), doomed)
+    return await _delete(backend, layout.user_pattern(user_id), layout.guard(user_id), doomed)
 
 
-async def _new_epoch(memory: Memory, user_id: str) -> int:
-    guard = memory.layout.guard(user_id)
-    epoch = await memory.scripts.bump_epoch(
+async def _new_epoch(backend: Backend, user_id: str) -> int:
+    guard = backend.layout.guard(user_id)
+    epoch = await backend.scripts.bump_epoch(
         guard, min_ttl_ms=GUARD_MIN_TTL_MS, clear_id=new_write_id()
     )
-    memory.epochs.set(user_id, epoch)
+    backend.epochs.set(user_id, epoch)
     return epoch
 
 
-async def _settle_guard(memory: Memory, user_id: str, epoch: int) -> None:
-    layout = memory.layout
+async def _settle_guard(backend: Backend, user_id: str, epoch: int) -> None:
+    layout = backend.layout
     roots = layout.epoch_roots(user_id, epoch)
-    if await memory.scripts.settle_guard(layout.guard(user_id), epoch=epoch, roots=roots):
-        memory.epochs.set(user_id, 0)
+    if await backend.scripts.settle_guard(layout.guard(user_id), epoch=epoch, roots=roots):
+        backend.epochs.set(user_id, 0)
 
 
 def _parsed(layout: KeyLayout, raw_key: bytes) -> ParsedKey | None:
@@ -260,38 +223,38 @@ def _parsed(layout: KeyLayout, raw_key: bytes) -> ParsedKey | None:
         return None
 
 
-async def _scan(memory: Memory, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
+async def _scan(backend: Backend, pattern: str, key: str | None) -> AsyncIterator[list[bytes]]:
     cursor = "0"
     while True:
         step = functools.partial(
             scan_once, cursor=cursor, pattern=pattern, key=key, count=_SCAN_COUNT
         )
-        cursor, batch = await memory.call(step)
+        cursor, batch = await backend.call(step)
         yield batch
         if cursor == "0":
             return
 
 
 async def _delete(
-    memory: Memory, pattern: str, key: str | None, doomed: Callable[[bytes], bool]
+    backend: Backend, pattern: str, key: str | None, doomed: Callable[[bytes], bool]
 ) -> int:
     """UNLINK, in batches, the keys matching ``pattern`` that are ``doomed``
     (on a cluster, with ``key``: on the node of its slot only)."""
     removed = 0
     found: list[bytes] = []
-    async for batch in _scan(memory, pattern, key):
+    async for batch in _scan(backend, pattern, key):
         found += [raw_key for raw_key in batch if doomed(raw_key)]
         while len(found) >= _UNLINK_BATCH:
-            removed += await _unlink_batch(memory, found[:_UNLINK_BATCH])
+            removed += await _unlink_batch(backend, found[:_UNLINK_BATCH])
             del found[:_UNLINK_BATCH]
     if found:
-        removed += await _unlink_batch(memory, found)
+        removed += await _unlink_batch(backend, found)
     return removed
 
 
-async def _unlink_batch(memory: Memory, keys: list[bytes]) -> int:
+async def _unlink_batch(backend: Backend, keys: list[bytes]) -> int:
     async def unlink(redis: Any) -> int:
         count: int = await redis.unlink(*keys)
         return count
 
-    return await memory.call(unlink)
+    return await backend.call(unlink)

@@ -256,7 +256,7 @@ async def _progress(
     pipe = memory.redis.pipeline(transaction=False)
     for index in range(options.sessions):
         user_id, session_id = session_of(index)
-        epoch = memory.epochs.get(user_id)
+        epoch = memory.backend.epochs.get(user_id)
         pipe.hget(memory.layout.session(user_id, session_id, epoch).meta, "seq")
     for value in await pipe.execute():
         written += int(value or 0)
@@ -267,7 +267,10 @@ async def _progress(
 async def _pending(memory: Memory, sessions: int) -> int:
     users = {session_of(i)[0] for i in range(sessions)}
     return sum(
-        [await memory.redis.zcard(memory.layout.pending(u, memory.epochs.get(u))) for u in users]
+        [
+            await memory.redis.zcard(memory.layout.pending(u, memory.backend.epochs.get(u)))
+            for u in users
+        ]
     )
 
 

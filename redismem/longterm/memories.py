@@ -67,7 +67,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from redismem.checks import check_int, check_optional_number, check_tags, check_write_id
+from redismem.checks import (
+    check_int,
+    check_optional_number,
+    check_optional_str,
+    check_tags,
+    check_write_id,
+)
+from redismem.core.backend import backend_of
 from redismem.core.codec import ms_to_datetime
 from redismem.core.keys import validate_id
 from redismem.errors import CorruptData, InvalidInput, VersionConflict
@@ -89,10 +96,10 @@ from redismem.longterm.records import (
     normalize_text,
     predicate_words,
 )
-from redismem.longterm.store import Item, ItemVersion
+from redismem.longterm.store import Item, ItemVersion, LongTermStore
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend, HasBackend
     from redismem.longterm.consolidation import Consolidator
 
 __all__ = ["AddOutcome", "AddResult", "MemoryHit", "Knowledge"]
@@ -280,10 +287,17 @@ def _range(field: str, after: int | None, before: int | None) -> dict[str, Any]:
 class Knowledge:
     """A user's typed long-term memories (see the module docstring)."""
 
-    def __init__(self, memory: Memory, *, consolidator: Consolidator | None = None) -> None:
-        self._memory = memory
+    def __init__(
+        self,
+        backend: Backend | HasBackend,
+        *,
+        consolidator: Consolidator | None = None,
+        store: LongTermStore | None = None,
+    ) -> None:
+        self._backend = backend_of(backend)
+        self._store = store if store is not None else LongTermStore(self._backend)
         self._consolidator = consolidator
-        ttl_ms = memory.config.memory_ttl_ms
+        ttl_ms = self._backend.config.memory_ttl_ms
         #: Seconds a record, its lookups and chunks live after their last put.
         self._ttl = None if ttl_ms is None else ttl_ms / 1000
 
@@ -324,7 +338,7 @@ class Knowledge:
         return value
 
     async def _get(self, user_id: str, memory_id: str) -> _Stored | None:
-        item = await self._memory.store.get((user_id, RECORDS), memory_id)
+        item = await self._store.get((user_id, RECORDS), memory_id)
         if item is None:
             return None
         return _Stored(self._decode(item), item.version)
@@ -345,7 +359,7 @@ class Knowledge:
         the version moved, or, with ``slot``, when the slot moved: a value is
         made current only while its slot, settled, holds still, so that two
         values of one slot are never active at once."""
-        put = await self._memory.store.put_guarded(
+        put = await self._store.put_guarded(
             (user_id, RECORDS),
             record.id,
             self._encode(record, change, reason),
@@ -363,7 +377,7 @@ class Knowledge:
         self, user_id: str, document: Document, guard: tuple[str, str] | None
     ) -> None:
         namespace = (user_id, CHUNKS, document.id)
-        await self._memory.store.purge(namespace)
+        await self._store.purge(namespace)
         for chunk in document.chunks:
             # The record's filter fields, so a chunk matches the filters its
             # document matches.
@@ -376,12 +390,12 @@ class Knowledge:
                 "created_ms": _ms(document.created_at),
                 "event_ms": _ms(document.event_date),
             }
-            await self._memory.store.put_guarded(
+            await self._store.put_guarded(
                 namespace, f"c{chunk.index}", value, index=["text"], ttl=self._ttl, guard=guard
             )
 
     async def _lookup(self, user_id: str, key: str) -> tuple[str | None, int]:
-        item = await self._memory.store.get((user_id, LOOKUPS), key)
+        item = await self._store.get((user_id, LOOKUPS), key)
         if item is None:
             return None, 0
         target = item.value.get("id")
@@ -395,7 +409,7 @@ class Knowledge:
         version: int,
         guard: tuple[str, str] | None,
     ) -> None:
-        await self._memory.store.put_guarded(
+        await self._store.put_guarded(
             (user_id, LOOKUPS),
             key,
             {"id": target},
@@ -489,8 +503,8 @@ class Knowledge:
                     # This add put its record, then lost the race for the
                     # text to a concurrent add of the same memory: its
                     # record (never returned, nothing links to it yet) goes.
-                    await self._memory.store.purge((uid, CHUNKS, new.id))
-                    await self._memory.store.purge_item((uid, RECORDS), new.id)
+                    await self._store.purge((uid, CHUNKS, new.id))
+                    await self._store.purge_item((uid, RECORDS), new.id)
                 return result
         if isinstance(new, Fact) and new.is_single_valued():
             return await self._add_to_slot(
@@ -647,7 +661,7 @@ class Knowledge:
         return AddResult(final, outcome, final.supersedes or replaced)
 
     async def _slot(self, uid: str, key: str) -> _Slot:
-        item = await self._memory.store.get((uid, LOOKUPS), key)
+        item = await self._store.get((uid, LOOKUPS), key)
         if item is None:
             return _Slot(key, 0, None, None, None, [])
         value = item.value
@@ -682,7 +696,7 @@ class Knowledge:
         listed them: its current record and every active fact of the slot (a
         restore then could leave several), found once by reading the user's
         active facts; the next write of the slot lists them."""
-        store = self._memory.store
+        store = self._store
         found = await store.search(
             (uid, RECORDS), filter={"kind": "fact", "status": "active"}, limit=100_000
         )
@@ -714,7 +728,7 @@ class Knowledge:
             "prev": previous,
             "open": open_,
         }
-        put = await self._memory.store.put_guarded(
+        put = await self._store.put_guarded(
             (uid, LOOKUPS),
             slot.key,
             value,
@@ -1120,7 +1134,7 @@ class Knowledge:
         """Remove for good one record (with its history and chunks), or all
         of the user's memories. Returns the number of records removed."""
         uid = validate_id(user_id, "user_id")
-        store = self._memory.store
+        store = self._store
         if memory_id is None:
             removed = await store.purge((uid, RECORDS))
             await store.purge((uid, CHUNKS))
@@ -1146,7 +1160,7 @@ class Knowledge:
         """Every state of a record, oldest first, with what changed it and why."""
         uid = validate_id(user_id, "user_id")
         mid = validate_id(memory_id, "memory_id")
-        versions = await self._memory.store.history((uid, RECORDS), mid)
+        versions = await self._store.history((uid, RECORDS), mid)
         return [self._change(version) for version in versions]
 
     def _change(self, version: ItemVersion) -> MemoryChange:
@@ -1190,8 +1204,7 @@ class Knowledge:
         tag_filter = check_tags(tags)
         count = check_int("limit", limit)
         skip = check_int("offset", offset)
-        if query is not None and not isinstance(query, str):
-            raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+        check_optional_str("query", query)
         threshold = check_optional_number("min_score", min_score)
         flt: dict[str, Any] = {}
         if wanted is not None:
@@ -1217,7 +1230,7 @@ class Knowledge:
         if count == 0:
             return []
         want = skip + count
-        store = self._memory.store
+        store = self._store
         found = await store.search((uid, RECORDS), query=query, filter=flt, limit=want)
         hits = [MemoryHit(self._decode(item), item.score) for item in found]
         if query and (wanted is None or "document" in wanted):
@@ -1230,7 +1243,7 @@ class Knowledge:
         self, uid: str, query: str, flt: dict[str, Any], want: int
     ) -> list[MemoryHit]:
         chunk_filter = {k: v for k, v in flt.items() if k != "kind"}
-        store = self._memory.store
+        store = self._store
         found = await store.search((uid, CHUNKS), query=query, filter=chunk_filter, limit=want)
         hits: list[MemoryHit] = []
         seen: set[str] = set()

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 
 from redismem.checks import check_int, check_optional_int, check_write_id
 from redismem.core.codec import ms_to_datetime
+from redismem.core.backend import backend_of
 from redismem.core.connection import scan_once
 from redismem.core.guard import EpochMoved, in_epoch, read_guarded
 from redismem.core.keys import (
@@ -62,7 +63,7 @@ from redismem.recall.terms import terms
 from redismem.values import check_json_value
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend, HasBackend
 
 __all__ = ["Item", "ItemVersion", "LongTermStore", "SearchItem"]
 
@@ -456,18 +457,18 @@ def _source(name: str) -> str:
 class LongTermStore:
     """Namespaced long-term items of one ``Memory`` (see the module docstring)."""
 
-    def __init__(self, memory: Memory, *, default_ttl: float | None = None) -> None:
-        self._memory = memory
+    def __init__(self, backend: Backend | HasBackend, *, default_ttl: float | None = None) -> None:
+        self._backend = backend_of(backend)
         self._default_ttl_ms = _ttl_ms(default_ttl, "default_ttl")
         self._scripts: dict[str, Any] = {}
 
     def _keys(self, tenant: str, epoch: int) -> StoreKeys:
-        return self._memory.layout.store(tenant, epoch)
+        return self._backend.layout.store(tenant, epoch)
 
     async def _in_epoch(self, tenant: str, op: Callable[[StoreKeys], Awaitable[T]]) -> T:
         """``op(keys)`` on the tenant's keys in its current epoch (built
         again when the tenant was cleared meanwhile; see ``redismem.core.guard``)."""
-        return await in_epoch(self._memory.epochs, tenant, lambda e: op(self._keys(tenant, e)))
+        return await in_epoch(self._backend.epochs, tenant, lambda e: op(self._keys(tenant, e)))
 
     async def _run(
         self, name: str, scope: StoreKeys, keys: Sequence[str], args: Sequence[Any]
@@ -482,12 +483,12 @@ class LongTermStore:
                 script = self._scripts[name] = redis.register_script(source)
             return await script(keys=script_keys, args=script_args)
 
-        return await self._memory.call(operation)
+        return await self._backend.call(operation)
 
     async def _read(self, keys: StoreKeys, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """The replies of plain reads of ``keys``' epoch, in one MULTI with
         the guard: ``EpochMoved`` when the tenant was cleared meanwhile."""
-        return await read_guarded(self._memory, keys, commands)
+        return await read_guarded(self._backend, keys, commands)
 
     # -- writes ---------------------------------------------------------------
 
@@ -597,7 +598,7 @@ class LongTermStore:
                 status, version, created, updated = await self._in_epoch(ns[0], put)
             else:
                 # On behalf of a session: in that session's epoch only.
-                epoch = self._memory.layout.parse_key(guard[0]).epoch
+                epoch = self._backend.layout.parse_key(guard[0]).epoch
                 try:
                     status, version, created, updated = await put(self._keys(ns[0], epoch))
                 except EpochMoved:
@@ -881,13 +882,13 @@ class LongTermStore:
 
     async def _tenants(self, kind: str) -> list[str]:
         """Tenants having a store key of ``kind``, found with SCAN (never KEYS)."""
-        layout = self._memory.layout
+        layout = self._backend.layout
         pattern = layout.store_pattern(kind)
         tenants: set[str] = set()
         cursor = "0"
         while True:
             scan = functools.partial(scan_once, cursor=cursor, pattern=pattern)
-            cursor, batch = await self._memory.call(scan)
+            cursor, batch = await self._backend.call(scan)
             for raw in batch:
                 try:
                     parsed = layout.parse_key(raw.decode("utf-8"))

@@ -64,7 +64,7 @@ from redismem.recall.embeddings import Embedder, cosine, model_id, quantize
 from redismem.recall.terms import terms
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend
 
 __all__ = [
     "IndexOutcome",
@@ -110,7 +110,7 @@ def _entries_by_seq(records: Sequence[bytes], key: str) -> list[codec.DecodedEnt
 
 
 async def index_pass(
-    memory: Memory,
+    backend: Backend,
     *,
     user_id: str,
     session_id: str,
@@ -126,11 +126,11 @@ async def index_pass(
     uid = validate_id(user_id, "user_id")
 
     async def read_at(keys: SessionKeys) -> tuple[SessionKeys, IndexRead]:
-        found = await memory.scripts.index_read(keys, cap=cap, context=ranking.CONTEXT_TURNS)
+        found = await backend.scripts.index_read(keys, cap=cap, context=ranking.CONTEXT_TURNS)
         return keys, found
 
     # The pass reads the user's current epoch and commits to that epoch only.
-    keys, read = await memory.in_session(uid, sid, read_at)
+    keys, read = await backend.in_session(uid, sid, read_at)
     if not read.seq:
         return IndexOutcome("gone")
     if read.recall_ttl_ms is None or not read.first_seq:
@@ -138,11 +138,11 @@ async def index_pass(
     first = read.first_seq
     entries = _entries_by_seq(read.entries, keys.entries)
     created = [(e.first_seq, e.created_ms) for e in entries]
-    messages = memory.decode_messages(keys.msgs, read.messages, first, created)
+    messages = codec.decode_messages(read.messages, first, created, keys.msgs)
     context_first = first - len(read.context)
     previous = [
         _indexed_text(m)
-        for m in memory.decode_messages(keys.msgs, read.context, context_first, created)
+        for m in codec.decode_messages(read.context, context_first, created, keys.msgs)
     ]
     docs = []
     entry_at = 0
@@ -162,9 +162,9 @@ async def index_pass(
         docs.append(_doc(sid, seq, entry, message, element, weights, vectors[offset]))
     until = first + len(messages) - 1
     try:
-        status = await memory.scripts.index_commit(
+        status = await backend.scripts.index_commit(
             keys,
-            memory.layout.recall(uid, keys.epoch),
+            backend.layout.recall(uid, keys.epoch),
             read=read,
             until_seq=until,
             docs=docs,
@@ -179,15 +179,15 @@ async def index_pass(
     return IndexOutcome("indexed", len(docs), read.seq, read.gen)
 
 
-async def catch_up(memory: Memory, *, user_id: str, session_id: str) -> IndexOutcome:
+async def catch_up(backend: Backend, *, user_id: str, session_id: str) -> IndexOutcome:
     """Index everything of the session not indexed yet, in this process (with
     the client's embedder): for summarization run outside the workers, which
     compacts only indexed messages. Returns the last pass's outcome ("idle"
     or "gone")."""
-    embedder = memory.config.embedder_object
+    embedder = backend.config.embedder_object
     while True:
         outcome = await index_pass(
-            memory, user_id=user_id, session_id=session_id, embedder=embedder
+            backend, user_id=user_id, session_id=session_id, embedder=embedder
         )
         if outcome.status in ("idle", "gone"):
             return outcome
@@ -296,20 +296,30 @@ def _role_codes(roles: object) -> str:
 
 
 async def search(
-    memory: Memory,
-    query: str | None,
+    backend: Backend,
+    query: str | None = None,
     *,
-    user_id: str,
-    session_id: str | None,
-    tags: Mapping[str, str] | None,
-    roles: Collection[str] | None,
-    agent_name: str | None,
-    since: datetime | None,
-    until: datetime | None,
-    limit: int,
-    min_score: float | None,
+    user_id: str = "default",
+    session_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    roles: Collection[str] | None = None,
+    agent_name: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 10,
+    min_score: float | None = None,
 ) -> list[Hit]:
-    """See ``Memory.search``."""
+    """Messages of the user's sessions that match ``query``, best first.
+
+    Searches what the workers indexed (see ``flush``), including messages
+    since compacted into a summary. ``tags`` keeps messages of entries
+    carrying all the given pairs; ``roles``, ``agent_name`` and
+    ``session_id`` keep those values; ``since``/``until`` (aware
+    datetimes) bound the write time, inclusive. With no query (None or
+    ""), the newest messages that pass the filters, ``score`` None.
+    ``min_score`` drops weaker keyword matches.
+    """
+    backend.check_open()
     check_optional_str("query", query)
     uid = validate_id(user_id, "user_id")
     limit = check_int("limit", limit, minimum=1, maximum=MAX_LIMIT)
@@ -326,17 +336,19 @@ async def search(
     qterms = ranking.query_terms(query) if query else {}
     if query and not qterms:
         return []  # only stop words: nothing to rank by
-    embedder = memory.config.embedder_object
+    embedder = backend.config.embedder_object
 
     async def run(epoch: int) -> list[Hit]:
-        recall = memory.layout.recall(uid, epoch)
+        recall = backend.layout.recall(uid, epoch)
         common = _Filters(recall.prefix, since_ms, until_ms, role_codes, filters)
         if embedder is None or not qterms:
-            found = await _run_search(memory, recall, common, qterms, limit, min_score)
+            found = await _run_search(backend, recall, common, qterms, limit, min_score)
             return [f.hit(f.score) for f in found]
-        return await _fused(memory, recall, common, query or "", qterms, embedder, limit, min_score)
+        return await _fused(
+            backend, recall, common, query or "", qterms, embedder, limit, min_score
+        )
 
-    return await in_epoch(memory.epochs, uid, run)
+    return await in_epoch(backend.epochs, uid, run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +361,7 @@ class _Filters:
 
 
 async def _run_search(
-    memory: Memory,
+    backend: Backend,
     recall: RecallKeys,
     filters: _Filters,
     qterms: Mapping[str, float],
@@ -374,7 +386,7 @@ async def _run_search(
     ]
     for term, weight in qterms.items():
         args += [term, weight]
-    found = await memory.scripts.recall_search(recall, args)
+    found = await backend.scripts.recall_search(recall, args)
     return [_decode_doc(found[i + 2], found[i + 1], recall.docs) for i in range(0, len(found), 3)]
 
 
@@ -384,7 +396,7 @@ _FUSED_RECENT = 200
 
 
 async def _fused(
-    memory: Memory,
+    backend: Backend,
     recall: RecallKeys,
     filters: _Filters,
     query: str,
@@ -398,7 +410,7 @@ async def _fused(
     bounded candidate set: the best keyword matches and the newest docs that
     pass the filters. Docs embedded by another model rank by keyword only, and
     so does everything when the embedder fails on the query (both logged)."""
-    keyword = await _run_search(memory, recall, filters, qterms, max(limit, _FUSED_KEYWORD), None)
+    keyword = await _run_search(backend, recall, filters, qterms, max(limit, _FUSED_KEYWORD), None)
     try:
         [query_vector] = await _vectors(embedder, [query])
     except EmbedderError as exc:
@@ -408,7 +420,7 @@ async def _fused(
             for f in keyword[:limit]
             if min_score is None or (f.score or 0.0) >= min_score
         ]
-    recent = await _run_search(memory, recall, filters, {}, _FUSED_RECENT, None)
+    recent = await _run_search(backend, recall, filters, {}, _FUSED_RECENT, None)
     model, vector = query_vector
     query_values = list(struct.unpack(f"{len(vector)}b", vector))
     candidates: dict[tuple[str, int], _Found] = {}
@@ -444,21 +456,21 @@ async def _fused(
     return hits
 
 
-async def forget_graves(memory: Memory, recall: RecallKeys) -> None:
+async def forget_graves(backend: Backend, recall: RecallKeys) -> None:
     """Forget the docs of the user's cleared sessions (their graves, see
     ``clear.lua``), in batches: also those of a clear that died halfway."""
-    graves: list[bytes] = await memory.call(lambda redis: redis.smembers(recall.graves))
+    graves: list[bytes] = await backend.call(lambda redis: redis.smembers(recall.graves))
     for grave in sorted(graves):
         suffix = grave.decode()[len(recall.prefix) :]
-        while await memory.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
+        while await backend.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
             pass
 
 
-async def _scan_all(memory: Memory, pattern: str) -> list[bytes]:
+async def _scan_all(backend: Backend, pattern: str) -> list[bytes]:
     found: list[bytes] = []
     cursor = "0"
     while True:
-        cursor, batch = await memory.call(
+        cursor, batch = await backend.call(
             functools.partial(scan_once, cursor=cursor, pattern=pattern)
         )
         found += batch
@@ -472,27 +484,29 @@ async def _marked(redis: Any, *, key: bytes) -> list[bytes]:
     return members
 
 
-async def _due_sessions(memory: Memory, user_id: str | None) -> list[tuple[SessionKeys, str, int]]:
+async def _due_sessions(
+    backend: Backend, user_id: str | None
+) -> list[tuple[SessionKeys, str, int]]:
     """The keys, id and seq of the sessions marked pending now (in their
     user's current epoch: earlier epochs are cleared)."""
-    layout = memory.layout
+    layout = backend.layout
     if user_id is not None:
         uid = validate_id(user_id, "user_id")
-        pending_keys = [layout.pending(uid, await current_epoch(memory, uid)).encode()]
+        pending_keys = [layout.pending(uid, await current_epoch(backend, uid)).encode()]
     else:
-        pending_keys = await _scan_all(memory, layout.pending_pattern())
+        pending_keys = await _scan_all(backend, layout.pending_pattern())
     due = []
     for key in pending_keys:
         parsed = layout.parse_pending(key)
         if parsed is None:
             continue
         uid = parsed.user_id
-        if user_id is None and parsed.epoch != await current_epoch(memory, uid):
+        if user_id is None and parsed.epoch != await current_epoch(backend, uid):
             continue
-        for raw_sid in await memory.call(functools.partial(_marked, key=key)):
+        for raw_sid in await backend.call(functools.partial(_marked, key=key)):
             sid = raw_sid.decode()
             keys = layout.session(uid, sid, parsed.epoch)
-            seq = await memory.call(functools.partial(_hget, key=keys.meta, field="seq"))
+            seq = await backend.call(functools.partial(_hget, key=keys.meta, field="seq"))
             due.append((keys, sid, int(seq or 0)))
     return due
 
@@ -503,13 +517,13 @@ async def _hget(redis: Any, *, key: str, field: str) -> bytes | None:
 
 
 async def _done(
-    memory: Memory, keys: SessionKeys, session_id: str, seq: int, since_ms: float
+    backend: Backend, keys: SessionKeys, session_id: str, seq: int, since_ms: float
 ) -> bool:
     """Whether the work due for the session's writes up to ``seq`` is done
     (or the user was cleared since)."""
     try:
         raw_pending, (iwm, rttl, wm, sumcfg, xwm, xbox) = await read_guarded(
-            memory,
+            backend,
             keys,
             [
                 ("ZSCORE", keys.pending, session_id),
@@ -527,22 +541,32 @@ async def _done(
         return False
     if xbox is not None:
         return False  # extracted memories not applied yet
-    settings = SummarizeArgs.decode_optional(memory.layout.namespace, sumcfg or b"")
+    settings = SummarizeArgs.decode_optional(backend.layout.namespace, sumcfg or b"")
     if settings is None:
         return True
     return seq - int(wm or 0) - settings.keep_recent < settings.batch
 
 
-async def flush(memory: Memory, *, user_id: str | None, timeout: float) -> bool:  # noqa: ASYNC109
-    """See ``Memory.flush``."""
+async def flush(
+    backend: Backend,
+    *,
+    user_id: str | None = None,
+    timeout: float = 30.0,  # noqa: ASYNC109
+) -> bool:
+    """Wait until the workers have done the background work (indexing,
+    summaries) due for every write made before this call, of ``user_id``
+    or of every user. True when done, False when ``timeout`` (seconds)
+    passed first. Needs running workers (``InProcessWorker`` with the
+    embedded backend)."""
+    backend.check_open()
     deadline = time.monotonic() + check_seconds("timeout", timeout)
     since_ms = time.time() * 1000
-    waiting = await _due_sessions(memory, user_id)
+    waiting = await _due_sessions(backend, user_id)
     delay = 0.01
     while waiting:
         still = []
         for keys, sid, seq in waiting:
-            if not await _done(memory, keys, sid, seq, since_ms):
+            if not await _done(backend, keys, sid, seq, since_ms):
                 still.append((keys, sid, seq))
         waiting = still
         if not waiting:

@@ -27,7 +27,7 @@ from redismem.errors import SummarizerError
 from redismem.recall import index as recall
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend
     from redismem.core.scripts import PrepareResult
     from redismem.summarization.summarizers import Summarizer
 
@@ -58,7 +58,7 @@ class SummarizeOutcome:
 
 
 async def summarize_pass(
-    memory: Memory,
+    backend: Backend,
     summarizer: Summarizer,
     *,
     user_id: str,
@@ -76,11 +76,13 @@ async def summarize_pass(
     uid = validate_id(user_id, "user_id")
 
     async def read_at(keys: SessionKeys) -> tuple[SessionKeys, PrepareResult]:
-        found = await memory.scripts.prepare(keys, session_id=sid, keep_recent=keep_recent, cap=cap)
+        found = await backend.scripts.prepare(
+            keys, session_id=sid, keep_recent=keep_recent, cap=cap
+        )
         return keys, found
 
     # The pass reads the user's current epoch and commits to that epoch only.
-    keys, read = await memory.in_session(uid, sid, read_at)
+    keys, read = await backend.in_session(uid, sid, read_at)
     if not read.seq:
         return SummarizeOutcome("gone")
     if not read.messages:
@@ -88,7 +90,7 @@ async def summarize_pass(
     first = read.first_seq
     last = read.last_seq
     created = codec.parse_covering(read.covering, keys.entries)
-    messages = memory.decode_messages(keys.msgs, read.messages, first, created)
+    messages = codec.decode_messages(read.messages, first, created, keys.msgs)
     count = last - first + 1
     todo = split_at_tool_boundary(
         messages[:count], messages[count] if len(messages) > count else None
@@ -115,12 +117,12 @@ async def summarize_pass(
     if compact and 0 <= read.indexed_until < until:
         # Compaction removes only indexed messages: index the rest first
         # (the workers' jobs have done it already; other callers may not).
-        await recall.catch_up(memory, user_id=uid, session_id=sid)
+        await recall.catch_up(backend, user_id=uid, session_id=sid)
     total = (previous["message_count"] if previous else 0) + len(todo)
     now_ms = int(time.time() * 1000)
     blob = codec.encode_summary(text, total, until, now_ms)
     try:
-        result = await memory.scripts.commit(
+        result = await backend.scripts.commit(
             keys,
             session_id=sid,
             read=read,
@@ -143,13 +145,13 @@ async def summarize_pass(
 
 
 async def settle_pending(
-    memory: Memory, *, user_id: str, session_id: str, seq: int, gen: str
+    backend: Backend, *, user_id: str, session_id: str, seq: int, gen: str
 ) -> bool:
     """Clear the pending mark after an idle or gone pass, unless a write
     arrived after the pass read ``seq`` of incarnation ``gen`` (that write's
     backlog keeps it)."""
-    keys = memory.layout.session(user_id, session_id, memory.epochs.get(user_id))
+    keys = backend.layout.session(user_id, session_id, backend.epochs.get(user_id))
     try:
-        return await memory.scripts.settle(keys, session_id=session_id, seq=seq, gen=gen)
+        return await backend.scripts.settle(keys, session_id=session_id, seq=seq, gen=gen)
     except EpochMoved:
         return True  # the user was cleared: nothing of that epoch is pending

@@ -5,7 +5,7 @@ arq hands every job one dict, ``ctx``. A worker is created with
 ``startup`` adds what the jobs share:
 
 ``config``    the ``WorkerConfig`` (URLs, queue, namespaces, summarizer, timeouts)
-``memories``  one ``Memory`` per namespace, opened on first use (``memory_for``)
+``backends``  one ``Backend`` per namespace, opened on first use (``backend_for``)
 ``queue``     a ``SummaryQueue`` on the queue Redis, for re-enqueueing
 ``heartbeat`` the task keeping this worker registered (``health.heartbeat``)
 
@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-from redismem.client import Memory
-from redismem.config import WorkerConfig
+from redismem.config import MemoryConfig, WorkerConfig
+from redismem.core.backend import Backend, open_backend
 from redismem.core.keys import KeyLayout
 from redismem.core.queue import QueueStats, SummaryQueue
 from redismem.workers import health
 
-__all__ = ["config_of", "memory_for", "queue_of", "resources", "shutdown", "startup", "stats_for"]
+__all__ = ["config_of", "backend_for", "queue_of", "resources", "shutdown", "startup", "stats_for"]
 
 
 def resources(config: WorkerConfig) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def resources(config: WorkerConfig) -> dict[str, Any]:
     connection is made here)."""
     return {
         "config": config,
-        "memories": {},
+        "backends": {},
         "queue": SummaryQueue(config.queue_url, queue_name=config.queue_name),
     }
 
@@ -48,15 +48,15 @@ def queue_of(ctx: dict[str, Any]) -> SummaryQueue:
     return queue
 
 
-async def memory_for(ctx: dict[str, Any], namespace: str) -> Memory:
-    """The worker's ``Memory`` for a namespace, opened on first use."""
-    memories: dict[str, Memory] = ctx["memories"]
-    if namespace not in memories:
+async def backend_for(ctx: dict[str, Any], namespace: str) -> Backend:
+    """The worker's ``Backend`` for a namespace, opened on first use."""
+    backends: dict[str, Backend] = ctx["backends"]
+    if namespace not in backends:
         config = config_of(ctx)
-        memories[namespace] = await Memory.connect(
-            config.url, namespace=namespace, memory_ttl=config.memory_ttl
+        backends[namespace] = await open_backend(
+            MemoryConfig.from_env(url=config.url, namespace=namespace, memory_ttl=config.memory_ttl)
         )
-    return memories[namespace]
+    return backends[namespace]
 
 
 def stats_for(ctx: dict[str, Any], layout: KeyLayout) -> QueueStats:
@@ -82,8 +82,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await beat
         await health.deregister(ctx["redis"], config.queue_name, config.name)
-    for memory in ctx.get("memories", {}).values():
-        await memory.aclose()
+    for backend in ctx.get("backends", {}).values():
+        await backend.aclose()
     queue = ctx.get("queue")
     if queue is not None:
         await queue.aclose()

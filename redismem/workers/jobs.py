@@ -38,8 +38,8 @@ from typing import Any
 
 from arq import Retry
 
-from redismem.client import Memory
 from redismem.config import WorkerConfig
+from redismem.core.backend import Backend
 from redismem.core.connection import scan_once
 from redismem.core.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
 from redismem.core.keys import KeyLayout, validate_id
@@ -56,7 +56,7 @@ from redismem.errors import (
 from redismem.longterm.extraction.job import ExtractOutcome, extract_pass
 from redismem.recall.index import IndexOutcome, forget_graves, index_pass
 from redismem.summarization.job import SummarizeOutcome, settle_pending, summarize_pass
-from redismem.workers.context import config_of, memory_for, queue_of, stats_for
+from redismem.workers.context import backend_for, config_of, queue_of, stats_for
 
 __all__ = [
     "MAX_TRIES",
@@ -83,13 +83,13 @@ def retry_delay(tries: int) -> float:
 
 
 async def stored_settings(
-    memory: Memory, namespace: str, user_id: str, session_id: str
+    backend: Backend, namespace: str, user_id: str, session_id: str
 ) -> tuple[bool, SummarizeArgs | None]:
     """``(found, settings)``: the summarization settings the write that marked
     the session stored with it (None: the session is only indexed); found is
     False when the session is gone. ``CorruptData`` if unreadable."""
-    meta = memory.layout.session(user_id, session_id, memory.epochs.get(user_id)).meta
-    raw = await memory.call(lambda redis: redis.hget(meta, "sumcfg"))
+    meta = backend.layout.session(user_id, session_id, backend.epochs.get(user_id)).meta
+    raw = await backend.call(lambda redis: redis.hget(meta, "sumcfg"))
     if raw is None:
         return False, None
     try:
@@ -98,10 +98,10 @@ async def stored_settings(
         raise CorruptData(meta, str(exc)) from exc
 
 
-async def clear_mark(memory: Memory, user_id: str, session_id: str) -> None:
+async def clear_mark(backend: Backend, user_id: str, session_id: str) -> None:
     """Remove the session's pending mark (idempotent)."""
-    pending = memory.layout.pending(user_id, memory.epochs.get(user_id))
-    await memory.call(lambda redis: redis.zrem(pending, session_id))
+    pending = backend.layout.pending(user_id, backend.epochs.get(user_id))
+    await backend.call(lambda redis: redis.zrem(pending, session_id))
 
 
 def failure_text(exc: BaseException) -> str:
@@ -179,12 +179,12 @@ async def _summarize(
     settings: str | None,
 ) -> None:
     config = config_of(ctx)
-    memory = await memory_for(ctx, namespace)
+    backend = await backend_for(ctx, namespace)
     user_id = validate_id(user_id, "user_id")
     session_id = validate_id(session_id, "session_id")
     # The user's epoch now: a job of a cleared epoch finds nothing pending.
-    keys = memory.layout.session(user_id, session_id, await current_epoch(memory, user_id))
-    recall_keys = memory.layout.recall(user_id, keys.epoch)
+    keys = backend.layout.session(user_id, session_id, await current_epoch(backend, user_id))
+    recall_keys = backend.layout.recall(user_id, keys.epoch)
     # Graves of sessions whose clear() died before it forgot their docs.
     commands: list[tuple[Any, ...]] = [
         ("ZSCORE", keys.pending, session_id),
@@ -194,34 +194,34 @@ async def _summarize(
         # Extraction is off (or was turned off): its watermark and outbox must
         # not hold back compaction or the pending mark. In the same round trip.
         commands.append(("HDEL", keys.meta, "xwm", "xbox"))
-    marked, graves, *_ = await memory.atomic(commands, key=keys.meta)
+    marked, graves, *_ = await backend.atomic(commands, key=keys.meta)
     if graves:
-        await forget_graves(memory, recall_keys)
+        await forget_graves(backend, recall_keys)
     if marked is None:
         # Settled, cleared or given up since this job was enqueued (the sweep
         # may enqueue a session just as its job ends): nothing to do.
         progress.status = "not pending"
         return
     if settings is None:
-        found, args = await stored_settings(memory, namespace, user_id, session_id)
+        found, args = await stored_settings(backend, namespace, user_id, session_id)
         if not found:
-            await clear_mark(memory, user_id, session_id)
+            await clear_mark(backend, user_id, session_id)
             progress.status = "gone"
             return
     else:
         args = SummarizeArgs.decode_optional(namespace, settings)
-    stats = stats_for(ctx, memory.layout)
+    stats = stats_for(ctx, backend.layout)
     deadline = time.monotonic() + config.job_timeout - config.summarizer_timeout - 5
     while True:
         index = await _index_until_idle(
-            memory, config, stats, progress, user_id, session_id, deadline
+            backend, config, stats, progress, user_id, session_id, deadline
         )
         if index.status == "timeout":  # out of time: go on in a new job
             await _continue_later(ctx, user_id, session_id, namespace, args)
             break
         if index.status != "gone" and config.extractor is not None:
             extracted = await _extract_until_idle(
-                memory, config, stats, progress, user_id, session_id, deadline
+                backend, config, stats, progress, user_id, session_id, deadline
             )
             if extracted.status in ("wait", "timeout"):
                 # A burst is still being written (or out of time): come back
@@ -236,7 +236,7 @@ async def _summarize(
             outcome = SummarizeOutcome("idle", seq=index.seq, gen=index.gen)
         else:
             outcome = await summarize_pass(
-                memory,
+                backend,
                 config.summarizer,
                 user_id=user_id,
                 session_id=session_id,
@@ -256,7 +256,7 @@ async def _summarize(
             # the session due enqueues again, unless a write arrived since
             # the index pass read the session; then look again.
             if await settle_pending(
-                memory,
+                backend,
                 user_id=user_id,
                 session_id=session_id,
                 seq=index.seq if outcome.status == "idle" else 0,
@@ -272,7 +272,7 @@ async def _summarize(
 
 
 async def _index_until_idle(
-    memory: Memory,
+    backend: Backend,
     config: WorkerConfig,
     stats: Any,
     progress: _Progress,
@@ -284,7 +284,7 @@ async def _index_until_idle(
     ("idle" or "gone"), or "timeout" when the job ran out of time first."""
     while True:
         outcome = await index_pass(
-            memory,
+            backend,
             user_id=user_id,
             session_id=session_id,
             embedder=config.embedder_object,
@@ -300,7 +300,7 @@ async def _index_until_idle(
 
 
 async def _extract_until_idle(
-    memory: Memory,
+    backend: Backend,
     config: WorkerConfig,
     stats: Any,
     progress: _Progress,
@@ -312,7 +312,7 @@ async def _extract_until_idle(
     pass's outcome ("idle", "gone" or "wait"), or "timeout"."""
     while True:
         outcome = await extract_pass(
-            memory,
+            backend,
             config.extractor,
             user_id=user_id,
             session_id=session_id,
@@ -366,8 +366,8 @@ async def _give_up(
         logger.error("could not record the failure of %r: %s", session_id, record_exc)
     if clear:
         try:
-            memory = await memory_for(ctx, namespace)
-            await clear_mark(memory, validate_id(user_id, "user_id"), session_id)
+            backend = await backend_for(ctx, namespace)
+            await clear_mark(backend, validate_id(user_id, "user_id"), session_id)
         except Exception as clear_exc:
             logger.error(
                 "could not clear the pending mark of %r (the sweep will enqueue it again): %s",
@@ -393,64 +393,64 @@ async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     return {"enqueued": enqueued, "clears_finished": finished}
 
 
-async def _scan_slice(memory: Memory, cursor_name: str, pattern: str) -> list[bytes]:
+async def _scan_slice(backend: Backend, cursor_name: str, pattern: str) -> list[bytes]:
     """The next slice of a SCAN over ``pattern`` (at most ``SWEEP_COUNT``
     keys examined), its cursor kept between runs under ``cursor_name``."""
-    cursor_key = memory.layout.queue_key(cursor_name)
-    raw_cursor = await memory.call(lambda redis: redis.get(cursor_key))
+    cursor_key = backend.layout.queue_key(cursor_name)
+    raw_cursor = await backend.call(lambda redis: redis.get(cursor_key))
     cursor = raw_cursor.decode("ascii", "replace") if raw_cursor else "0"
-    cursor, found = await memory.call(
+    cursor, found = await backend.call(
         functools.partial(scan_once, cursor=cursor, pattern=pattern, count=SWEEP_COUNT)
     )
-    await memory.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
+    await backend.call(lambda redis: redis.set(cursor_key, cursor, px=24 * 3600 * 1000))
     return found
 
 
 async def _finish_clears(ctx: dict[str, Any], namespace: str) -> int:
-    memory = await memory_for(ctx, namespace)
+    backend = await backend_for(ctx, namespace)
     finished = 0
-    for key in await _scan_slice(memory, "guard-sweep", memory.layout.guard_pattern()):
-        unfinished = await unfinished_clear(memory, key)
+    for key in await _scan_slice(backend, "guard-sweep", backend.layout.guard_pattern()):
+        unfinished = await unfinished_clear(backend, key)
         if unfinished is not None:
             user_id, epoch = unfinished
-            removed = await finish_clear(memory, user_id, epoch)
+            removed = await finish_clear(backend, user_id, epoch)
             logger.info("finished an interrupted clear_user (%d keys removed)", removed)
             finished += 1
     return finished
 
 
-async def _marked_before(memory: Memory, key: bytes, cutoff: int) -> list[tuple[bytes, float]]:
+async def _marked_before(backend: Backend, key: bytes, cutoff: int) -> list[tuple[bytes, float]]:
     """``(session id, marked at)`` of the marks in ``key`` older than ``cutoff`` (ms)."""
-    due: list[tuple[bytes, float]] = await memory.call(
+    due: list[tuple[bytes, float]] = await backend.call(
         lambda redis: redis.zrangebyscore(key, "-inf", cutoff, withscores=True)
     )
     return due
 
 
 async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
-    memory = await memory_for(ctx, namespace)
-    layout = memory.layout
-    pending_keys = await _scan_slice(memory, "sweep", layout.pending_pattern())
+    backend = await backend_for(ctx, namespace)
+    layout = backend.layout
+    pending_keys = await _scan_slice(backend, "sweep", layout.pending_pattern())
     cutoff = int((time.time() - config_of(ctx).sweep_grace) * 1000)
     queue = queue_of(ctx)
     enqueued = 0
     for key in pending_keys:
         parsed = layout.parse_pending(key)
-        if parsed is None or parsed.epoch != await current_epoch(memory, parsed.user_id):
+        if parsed is None or parsed.epoch != await current_epoch(backend, parsed.user_id):
             continue  # not a pending index, or one of a cleared epoch
         user_id = parsed.user_id
-        due = await _marked_before(memory, key, cutoff)
+        due = await _marked_before(backend, key, cutoff)
         for raw_sid, since in due:
             session_id = raw_sid.decode()
             try:
-                found, args = await stored_settings(memory, namespace, user_id, session_id)
+                found, args = await stored_settings(backend, namespace, user_id, session_id)
             except CorruptData as exc:
                 # Not retried: recorded once, and the mark cleared.
                 progress = _Progress()
                 await _give_up(ctx, progress, namespace, user_id, session_id, exc, 1, True)
                 continue
             if not found:
-                await clear_mark(memory, user_id, session_id)
+                await clear_mark(backend, user_id, session_id)
                 continue
             # The episode's job id may be taken by a job that will never run:
             # its queue entry lost at a failover while its job key survived

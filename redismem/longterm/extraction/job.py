@@ -42,7 +42,7 @@ from redismem.longterm.memories import Knowledge
 from redismem.longterm.records import MemoryRecord, Provenance
 
 if TYPE_CHECKING:
-    from redismem.client import Memory
+    from redismem.core.backend import Backend
     from redismem.core.scripts import ExtractRead
     from redismem.longterm.consolidation import Consolidator
     from redismem.longterm.extraction.extractors import Extractor
@@ -70,7 +70,7 @@ class ExtractOutcome:
 
 
 async def extract_pass(
-    memory: Memory,
+    backend: Backend,
     extractor: Extractor,
     *,
     user_id: str,
@@ -87,21 +87,21 @@ async def extract_pass(
     uid = validate_id(user_id, "user_id")
 
     async def read_at(keys: SessionKeys) -> tuple[SessionKeys, ExtractRead]:
-        return keys, await memory.scripts.extract_read(keys, cap=cap)
+        return keys, await backend.scripts.extract_read(keys, cap=cap)
 
     # The pass reads the user's current epoch and writes to that epoch only:
     # the user cleared meanwhile, it is "gone".
-    keys, read = await memory.in_session(uid, sid, read_at)
+    keys, read = await backend.in_session(uid, sid, read_at)
     try:
         return await _extract(
-            memory, extractor, keys, read, uid, sid, quiet, cap, extractor_timeout, consolidator
+            backend, extractor, keys, read, uid, sid, quiet, cap, extractor_timeout, consolidator
         )
     except EpochMoved:
         return ExtractOutcome("gone")
 
 
 async def _extract(
-    memory: Memory,
+    backend: Backend,
     extractor: Extractor,
     keys: SessionKeys,
     read: ExtractRead,
@@ -114,15 +114,15 @@ async def _extract(
 ) -> ExtractOutcome:
     if not read.seq:
         return ExtractOutcome("gone")
-    memories = Knowledge(memory, consolidator=consolidator)
+    memories = Knowledge(backend, consolidator=consolidator)
     applied = 0
     if read.outbox is not None:
         done = await _apply(memories, uid, keys.meta, read.gen, read.outbox)
         if done is None:
             return ExtractOutcome("gone")
         applied = done
-        await memory.scripts.extract_clear(keys, outbox=read.outbox)
-        read = await memory.scripts.extract_read(keys, cap=cap)
+        await backend.scripts.extract_clear(keys, outbox=read.outbox)
+        read = await backend.scripts.extract_read(keys, cap=cap)
         if not read.seq:
             return ExtractOutcome("gone")
     if not read.first_seq:
@@ -130,7 +130,7 @@ async def _extract(
 
     entries = [codec.decode_entry(r, keys.entries) for r in reversed(read.entries)]
     created = [(e.first_seq, e.created_ms) for e in entries]
-    messages = memory.decode_messages(keys.msgs, read.messages, read.first_seq, created)
+    messages = codec.decode_messages(read.messages, read.first_seq, created, keys.msgs)
     newest_ms = max((e.created_ms for e in entries), default=0)
     waited = time.time() - newest_ms / 1000
     if waited < quiet:
@@ -161,7 +161,7 @@ async def _extract(
             [_OUTBOX_VERSION, until, [r.model_dump(mode="json") for r in records]],
             use_bin_type=True,
         )
-    status = await memory.scripts.extract_commit(keys, read=read, until_seq=until, outbox=outbox)
+    status = await backend.scripts.extract_commit(keys, read=read, until_seq=until, outbox=outbox)
     if status != "committed":
         return ExtractOutcome("gone" if status == "gone" else "stale")
     if records:
@@ -169,7 +169,7 @@ async def _extract(
         if done is None:
             return ExtractOutcome("gone")
         applied += done
-        await memory.scripts.extract_clear(keys, outbox=outbox)
+        await backend.scripts.extract_clear(keys, outbox=outbox)
     lag = int(time.time() * 1000) - newest_ms
     return ExtractOutcome("extracted", len(messages), applied, lag_ms=lag)
 

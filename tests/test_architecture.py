@@ -1,0 +1,126 @@
+"""The layers hold: what each module imports, read from its source.
+
+Every import counts, including those under ``TYPE_CHECKING`` and inside
+functions: a type-only import is still a dependency a reader must follow.
+See ``docs/architecture.md`` for the picture.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import redismem
+
+PACKAGE = Path(redismem.__file__).parent
+
+#: The façade and what stands on it: the only modules that may import it.
+ABOVE_THE_FACADE = {"redismem", "redismem.client", "redismem.cli", "redismem.__main__"}
+#: Layer → the layers it may import (itself included). Top-level foundation
+#: modules (errors, env, checks, values, models, config, llm, ...) are open
+#: to everyone and listed under "foundation".
+LAYERS = {
+    "core": {"core", "foundation"},
+    "recall": {"recall", "core", "foundation"},
+    "longterm": {"longterm", "recall", "core", "prompt rules", "foundation"},
+    "summarization": {"summarization", "recall", "core", "prompt rules", "foundation"},
+    "context": {"context", "summarization", "core", "prompt rules", "foundation"},
+    "prompt rules": {"prompt rules", "foundation"},
+}
+#: The context layer's rules for what a model reads (token counts, fencing
+#: remembered text as data, keeping a tool call with its results) serve every
+#: layer that talks to a model.
+PROMPT_RULES = {
+    "redismem.context.counting",
+    "redismem.context.tokens",
+    "redismem.context.quoting",
+    "redismem.context.toolgroups",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def import_graph() -> dict[str, set[str]]:
+    """Module → the redismem modules it imports (any import statement)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join([*base, node.module] if node.module else base)
+                else:
+                    target = node.module or ""
+                for alias in node.names:  # `from pkg import module` names the module
+                    module = f"{target}.{alias.name}"
+                    found.add(module if module_path(module) is not None else target)
+        graph[name] = {m for m in found if m == "redismem" or m.startswith("redismem.")}
+    modules = set(graph)
+    return {name: {m for m in deps if m in modules} - {name} for name, deps in graph.items()}
+
+
+def module_path(module: str) -> Path | None:
+    relative = Path(*module.split(".")[1:])
+    for candidate in (PACKAGE / relative).with_suffix(".py"), PACKAGE / relative / "__init__.py":
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def layer_of(module: str) -> str:
+    if module in PROMPT_RULES:
+        return "prompt rules"
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()):
+        return parts[1]
+    return "foundation"
+
+
+def test_the_graph_sees_every_module_and_type_only_imports() -> None:
+    graph = import_graph()
+    assert "redismem.core.backend" in graph
+    # surface.py imports Backend under TYPE_CHECKING only: still an edge.
+    assert "redismem.core.backend" in graph["redismem.surface"]
+
+
+def test_no_module_below_the_facade_imports_it() -> None:
+    importers = {
+        name
+        for name, deps in import_graph().items()
+        if "redismem.client" in deps
+        and name not in ABOVE_THE_FACADE
+        and not name.startswith("redismem.demo")
+    }
+    assert importers == set()
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    wrong = []
+    for name, deps in import_graph().items():
+        allowed = LAYERS.get(layer_of(name))
+        if allowed is None:
+            continue
+        for dep in deps:
+            if dep == "redismem" or layer_of(dep) not in allowed:
+                wrong.append((name, dep))
+    assert wrong == []
+
+
+def test_the_core_layer_imports_no_feature() -> None:
+    graph = import_graph()
+    for name, deps in graph.items():
+        if layer_of(name) == "core":
+            assert {layer_of(d) for d in deps} <= {"core", "foundation"}, name
