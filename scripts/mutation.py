@@ -46,31 +46,36 @@ from pathlib import Path
 #: constant), test files in the order they run).
 MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "keys": (
-        "redismem/keys.py",
+        "redismem/core/keys.py",
         None,
         ("tests/test_keys.py", "tests/test_memory_input.py", "tests/test_memory_clear.py"),
     ),
     "codec": (
-        "redismem/codec.py",
+        "redismem/core/codec.py",
         None,
         (
             "tests/test_memory_basic.py",
             "tests/test_memory_faults.py",
             "tests/test_summarize_pass.py",
+            "tests/test_stored_formats.py",
         ),
     ),
     "strategies": (
-        "redismem/strategies.py",
+        "redismem/context/strategies.py",
         None,
-        ("tests/test_strategies.py", "tests/test_providers.py"),
+        ("tests/test_strategies.py", "tests/test_providers.py", "tests/test_strategy_options.py"),
     ),
     "summarize": (
-        "redismem/summarize.py",
+        "redismem/summarization/job.py",
         None,
-        ("tests/test_summarize_pass.py", "tests/test_faults_sessions.py"),
+        (
+            "tests/test_summarize_pass.py",
+            "tests/test_faults_sessions.py",
+            "tests/test_summarize_outcomes.py",
+        ),
     ),
     "scripts": (
-        "redismem/scripts.py",
+        "redismem/core/scripts.py",
         None,
         (
             "tests/test_memory_basic.py",
@@ -79,13 +84,14 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
         ),
     ),
     "connection": (
-        "redismem/connection.py",
+        "redismem/core/connection.py",
         ("_reply_code", "map_error", "RetryPolicy"),
         (
             "tests/test_connection.py",
             "tests/test_memory_faults.py",
             "tests/test_faults_server.py",
             "tests/test_memory_basic.py",
+            "tests/test_error_mapping_and_retries.py",
         ),
     ),
     "models": (
@@ -94,7 +100,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
         ("tests/test_memory_input.py", "tests/test_memory_basic.py"),
     ),
     "waiter": (
-        "redismem/waiter.py",
+        "redismem/core/replies.py",
         None,
         ("tests/test_waiter.py", "tests/test_transport.py"),
     ),
@@ -115,6 +121,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
             "tests/test_memory_basic.py",
             "tests/test_agent_memory.py",
             "tests/test_faults_sessions.py",
+            "tests/test_clear_user_and_context_budget.py",
         ),
     ),
 }
