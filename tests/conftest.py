@@ -330,12 +330,64 @@ BACKENDS = ["redis", "embedded"]
 EXTRA_SERVERS = ["cluster", "sentinel", "valkey"]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "every_server: run the module's backend tests on a local Redis Cluster, a "
-        "Sentinel-managed master and Valkey too",
-    )
+#: The tiers (markers registered in pyproject.toml), from the fixtures a test
+#: uses: a test needing several gets each of their markers; ``unit`` is one
+#: needing none of them. ``bash scripts/test --fast`` runs ``unit`` and
+#: ``embedded`` alone.
+TIER_FIXTURES = {
+    "redis": {"redis_url", "redis_server_factory", "private_server"},
+    "processes": {"workers", "cli_workers", "cli_worker"},
+    "cluster": {
+        "cluster",
+        "sentinel",
+        "valkey",
+        "cluster_for_faults",
+        "sentinel_for_faults",
+        "local_cluster",
+        "local_sentinel",
+    },
+}
+#: The tier of each server a parametrized fixture (``backend_url``, or a
+#: fixture of a module with ``params=``) may stand for.
+TIER_OF_SERVER = {"redis": "redis", "embedded": "embedded"} | dict.fromkeys(
+    EXTRA_SERVERS, "cluster"
+)
+TIERS = ("unit", "embedded", "redis", "processes", "cluster")
+
+
+def _tiers(item: pytest.Item) -> set[str]:
+    """The tier markers of ``item``: from the fixtures it uses, their
+    parameters (``backend_url[embedded]``, ``server[valkey]``), and the tier
+    markers it already has (a module that starts processes by itself says so
+    with ``pytestmark = pytest.mark.processes``)."""
+    names = set(getattr(item, "fixturenames", ()))
+    found = {tier for tier, fixtures in TIER_FIXTURES.items() if names & fixtures}
+    marked = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("backend_url") == "embedded":
+        # No worker process reaches memory://: a ``workers`` fixture that a
+        # fixture shared by both backends asks for starts nothing here.
+        found.discard("processes")
+    found |= marked
+    if callspec is not None:
+        definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+        for name, value in callspec.params.items():
+            defs = definitions.get(name)
+            # backend_url (parametrized indirectly here) and the fixtures that
+            # declare their own params; not a test's plain arguments.
+            parametrized = name == "backend_url" or (defs and defs[-1].params is not None)
+            if parametrized and isinstance(value, str) and value in TIER_OF_SERVER:
+                found.add(TIER_OF_SERVER[value])
+    if len(found) > 1:
+        found.discard("embedded")  # an embedded test that also needs a server
+    return found or {"unit"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marked = {mark.name for mark in item.iter_markers()}
+        for tier in sorted(_tiers(item) - marked):
+            item.add_marker(tier)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

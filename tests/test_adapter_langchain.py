@@ -474,6 +474,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_redismem_never_imports_langchain() -> None:
     result = _run(
         "import sys, redismem, redismem.adapters\n"
@@ -482,6 +483,7 @@ def test_redismem_never_imports_langchain() -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_missing_langchain_names_the_extra() -> None:
     result = _run(
         "import sys\n"

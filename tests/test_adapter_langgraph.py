@@ -469,6 +469,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_missing_langgraph_names_the_extra() -> None:
     result = _run(
         "import sys\n"
@@ -484,6 +485,7 @@ def test_missing_langgraph_names_the_extra() -> None:
     assert "pip install 'redismem[langgraph]'" in result.stdout
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_redismem_never_imports_langgraph() -> None:
     result = _run(
         "import sys, redismem, redismem.adapters\n"

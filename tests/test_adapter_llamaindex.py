@@ -497,6 +497,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_redismem_never_imports_llama_index() -> None:
     result = _run(
         "import sys, redismem, redismem.adapters\n"
@@ -505,6 +506,7 @@ def test_redismem_never_imports_llama_index() -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_missing_llama_index_names_the_extra() -> None:
     result = _run(
         "import sys\n"

@@ -14,6 +14,8 @@ import pytest
 import redis
 from helpers import redismem_command
 
+pytestmark = pytest.mark.processes  # every test runs the CLI
+
 CLI = redismem_command()
 
 

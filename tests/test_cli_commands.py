@@ -13,6 +13,8 @@ from test_cli_worker import drop_keys, run_cli
 
 from redismem import Fact, Memory
 
+pytestmark = pytest.mark.processes  # every test runs the CLI
+
 COMMANDS = [
     ["worker"],
     ["worker", "--check"],

@@ -11,6 +11,8 @@ from test_cli_worker import run_cli
 
 from redismem import Memory
 
+pytestmark = pytest.mark.processes  # every test runs the CLI
+
 
 def demo_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDISMEM_", "OPENAI"))}

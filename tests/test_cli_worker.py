@@ -26,6 +26,8 @@ from worker_support import dialogue
 
 from redismem import Memory
 
+pytestmark = pytest.mark.processes  # every test runs the CLI
+
 ROOT = Path(__file__).resolve().parents[1]
 CLI = redismem_command()
 

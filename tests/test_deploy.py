@@ -464,6 +464,7 @@ def test_systemd_unit_runs_a_named_worker() -> None:
     assert "network-online.target" in dict(unit["Unit"])["After"]
 
 
+@pytest.mark.processes
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
@@ -591,6 +592,7 @@ SERVER_BINARIES: dict[str, Callable[[], str | None]] = {
 }
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("binary", sorted(SERVER_BINARIES))
 def test_redis_conf_is_accepted_by_the_server(binary: str, tmp_path: Path) -> None:
     """The compose file's own server command, on the installed server."""
@@ -616,6 +618,7 @@ def test_redis_conf_is_accepted_by_the_server(binary: str, tmp_path: Path) -> No
     assert (tmp_path / "appendonlydir").is_dir()
 
 
+@pytest.mark.cluster
 def test_cluster_compose_forms_its_cluster_as_written(tmp_path: Path) -> None:
     """The six nodes' command and cluster-init's script, run here: node
     ``redis-N`` is a local server reached through a ``redis-cli`` wrapper that

@@ -21,6 +21,7 @@ def test_the_readme_has_runnable_snippets() -> None:
     assert len(BLOCKS) >= 8
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"snippet-{i}" for i in range(len(BLOCKS))])
 def test_readme_snippet_runs(code: str, tmp_path: Path) -> None:
     # A fresh interpreter per snippet: each runs exactly as a user would paste it.

@@ -34,6 +34,8 @@ from servers import (
     valkey_missing,
 )
 
+pytestmark = pytest.mark.cluster  # the launchers start their servers
+
 needs_cluster = pytest.mark.skipif(cluster_missing() is not None, reason=str(cluster_missing()))
 needs_sentinel = pytest.mark.skipif(sentinel_missing() is not None, reason=str(sentinel_missing()))
 needs_valkey = pytest.mark.skipif(valkey_missing() is not None, reason=str(valkey_missing()))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from conftest import TIERS
 from helpers import keys_matching, pttls, snapshot
 from servers import LocalSentinel
 
@@ -67,6 +68,8 @@ def test_the_next_test_finds_an_empty_server(redis_url):
 """
 
 
+@pytest.mark.processes
+@pytest.mark.redis
 def test_a_test_that_leaves_keys_fails_at_teardown_naming_them(tmp_path: Path) -> None:
     """An inner pytest run with this suite's conftest: a test that leaves
     keys (queue side, arq) errors at teardown with the keys named; keys of
@@ -80,6 +83,7 @@ def test_a_test_that_leaves_keys_fails_at_teardown_naming_them(tmp_path: Path) -
     (inner / "test_inner.py").write_text(INNER_TESTS)
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+        "markers =\n" + "".join(f"    {tier}\n" for tier in TIERS)
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDISMEM_")}
     result = subprocess.run(
