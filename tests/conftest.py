@@ -40,6 +40,7 @@ import pytest_asyncio
 import redis
 import redis.asyncio as aioredis
 from helpers import free_port
+from hypothesis import settings
 from servers import (
     LocalCluster,
     LocalSentinel,
@@ -56,6 +57,16 @@ from worker_support import WorkerPool
 
 from redismem import Memory
 from redismem.core.connection import open_redis
+
+# Hypothesis profiles: ``ci`` runs every property test in full (Hypothesis's
+# default 100 examples, and each count a test sets through
+# ``helpers.examples``); ``dev`` a tenth of that. CI (``$CI`` set) runs
+# ``ci``, a developer ``dev``; ``HYPOTHESIS_PROFILE=ci`` chooses it by name.
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("dev", max_examples=10)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 REDIS_BIN = shutil.which("redis-server")
 #: URL -> the launcher of the server group behind it (cleanup needs it).

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from redismem.recall.terms import STOP_WORDS, stem, terms
 
-quick = settings(max_examples=300, deadline=None, database=None)
+quick = settings(max_examples=examples(300), deadline=None, database=None)
 
 # Porter's own examples (the 1980 paper), plus the two later published fixes.
 PORTER = [

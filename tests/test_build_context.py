@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from conftest import MemoryFactory
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ from redismem.summarization.summarizers import KeyPointsSummarizer
 pytestmark = pytest.mark.every_server
 
 PROPERTY = settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

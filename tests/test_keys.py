@@ -6,6 +6,7 @@ import re
 from fnmatch import fnmatchcase
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from redismem.core.keys import (
     validate_id,
 )
 
-quick = settings(max_examples=300, deadline=None, database=None)
+quick = settings(max_examples=examples(300), deadline=None, database=None)
 
 ids = st.text(min_size=1, max_size=80)
 HOSTILE = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import Snapshot, keys_matching, pttls, snapshot, user
+from helpers import Snapshot, examples, keys_matching, pttls, snapshot, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -524,7 +524,7 @@ def _inputs(draw: st.DrawFn) -> dict[str, Any]:
 _INPUTS = _inputs()
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(data=_INPUTS)
 def test_the_fast_message_check_agrees_with_pydantic(data: dict[str, Any]) -> None:
     """``input_message`` checks the usual shape itself and leaves the rest to

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from conftest import MemoryFactory
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ from redismem.summarization.summarizers import KeyPointsSummarizer, TruncationSu
 pytestmark = pytest.mark.every_server
 
 PROPERTY = settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ from redismem.context.tokens import estimate_messages_tokens
 from redismem.errors import InvalidInput
 from redismem.models import Message, Role, ToolCall
 
-PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
+PROPERTY_SETTINGS = settings(max_examples=examples(200), deadline=None)
 
 
 # -- building conversations ------------------------------------------------------

@@ -9,8 +9,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
+from hypothesis import settings
 
 Snapshot = dict[bytes, tuple[bytes | None, bool]]
+
+
+def examples(full: int) -> int:
+    """A property test's number of Hypothesis examples: ``full`` under the
+    ``ci`` profile (100 examples by default), the same share of it under
+    another (``dev``: a tenth), at least 10. Read when the test module is
+    imported, after ``conftest`` has loaded the profile."""
+    return max(10, full * settings.default.max_examples // 100)
 
 
 def free_port() -> int:
