@@ -230,6 +230,7 @@ def test_the_memory_config_reads_the_environment_when_called(
 # -- the command line ----------------------------------------------------------------
 
 
+@pytest.mark.processes  # runs the CLI
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -221,14 +222,14 @@ def round_trip(message: Message) -> Message:
     return back
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.dictionaries(_keys, _json, max_size=5))
 def test_every_json_value_is_accepted_and_round_trips(value: dict[str, Any]) -> None:
     message = Message(role="user", content="x", metadata=value)
     assert round_trip(message).metadata == value
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(_keys, _anything, max_size=5))
 def test_whatever_the_rule_accepts_round_trips_exactly(value: dict[str, Any]) -> None:
     try:
