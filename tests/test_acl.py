@@ -44,17 +44,10 @@ import redis.asyncio
 from arq.connections import ArqRedis
 from conftest import RedisServer
 from helpers import redismem_command
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.graph import END, START, StateGraph
-from llama_index.core.llms import ChatMessage
 from servers import LocalCluster, LocalSentinel, ServerProcess, start_valkey, valkey_missing
 from worker_support import WorkerProcess, eventually
 
 from redismem import Fact, Memory, RedisMemError
-from redismem.adapters.langchain import RedisMemChatMessageHistory
-from redismem.adapters.langgraph import RedisMemSaver
-from redismem.adapters.langgraph_store import RedisMemStore
-from redismem.adapters.llamaindex import RedisMemChatStore
 from redismem.recall.embeddings import HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +221,9 @@ def _step(state: Counter) -> Counter:
     return {"count": state["count"] + 1}
 
 
-def counter_graph(saver: RedisMemSaver) -> Any:
+def counter_graph(saver: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
     graph = StateGraph(Counter)
     graph.add_node("step", _step)
     graph.add_edge(START, "step")
@@ -292,6 +287,15 @@ async def client_calls(mem: Memory) -> None:
 
 async def adapter_calls(mem: Memory) -> None:
     """Each adapter's reads, writes and clears."""
+    # The frameworks are imported here, not at collection: they are slow to import.
+    from langchain_core.messages import AIMessage, HumanMessage
+    from llama_index.core.llms import ChatMessage
+
+    from redismem.adapters.langchain import RedisMemChatMessageHistory
+    from redismem.adapters.langgraph import RedisMemSaver
+    from redismem.adapters.langgraph_store import RedisMemStore
+    from redismem.adapters.llamaindex import RedisMemChatStore
+
     history = RedisMemChatMessageHistory(mem, "lc", user_id="carol")
     await history.aadd_messages([HumanMessage("hello"), AIMessage("hi there")])
     assert [m.content for m in await history.aget_messages()] == ["hello", "hi there"]
