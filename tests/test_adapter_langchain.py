@@ -9,14 +9,13 @@ and on the embedded backend.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from conftest import MemoryFactory
+from helpers import session_ttls
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -208,18 +207,6 @@ async def test_a_leading_tool_result_reads_back(
     assert await asyncio.to_thread(lambda: history.messages) == [*sent, AIMessage("ok")]
     # A window is still cut at a tool boundary (the call may have been cut off).
     assert await histories(mem, "s", limit=3).aget_messages() == [*sent[1:], AIMessage("ok")]
-
-
-async def session_ttls(mem: Memory, raw: Any, session_id: str, user_id: str) -> list[int]:
-    """The PTTL of every key of the session (-1: no expiry), and its expiry as
-    ``sessions`` reports it."""
-    (info,) = [s for s in await mem.sessions(user_id=user_id) if s.session_id == session_id]
-    pattern = f"{mem.layout.namespace}:*{session_id}*"
-    keys = [k async for k in raw.scan_iter(match=pattern, count=1000)]
-    assert keys
-    ttls = [await raw.pttl(k) for k in keys]
-    assert (info.expires_at is None) == all(t == -1 for t in ttls)
-    return ttls
 
 
 async def test_a_chat_is_kept_until_deleted_unless_a_ttl_is_given(
@@ -466,34 +453,3 @@ def test_conversion_helpers_reject_what_they_cannot_store() -> None:
     }
     with pytest.raises(InvalidInput, match="messages\\[3\\]"):
         from_langchain(HumanMessage("x", additional_kwargs={"b": b""}), 3)
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_redismem_never_imports_langchain() -> None:
-    result = _run(
-        "import sys, redismem, redismem.adapters\n"
-        "assert not any(n.split('.')[0].startswith('langchain') for n in sys.modules), 'imported'"
-    )
-    assert result.returncode == 0, result.stderr
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_missing_langchain_names_the_extra() -> None:
-    result = _run(
-        "import sys\n"
-        "sys.modules['langchain_core'] = None\n"
-        "from redismem import MissingDependency\n"
-        "try:\n"
-        "    import redismem.adapters.langchain\n"
-        "except MissingDependency as exc:\n"
-        "    print(exc)\n"
-    )
-    assert result.returncode == 0, result.stderr
-    assert "langchain-core" in result.stdout
-    assert "pip install 'redismem[langchain]'" in result.stdout

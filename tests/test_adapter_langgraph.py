@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import subprocess
-import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, TypedDict
@@ -461,34 +459,3 @@ async def test_prune_drops_unreferenced_values(make_memory: MemoryFactory, raw: 
     assert await raw.hlen(bl) == 2
     tup = await saver.aget_tuple(config)
     assert tup is not None and tup.checkpoint["channel_values"] == {"a": 2, "b": "same"}
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_missing_langgraph_names_the_extra() -> None:
-    result = _run(
-        "import sys\n"
-        "sys.modules['langgraph'] = None\n"
-        "from redismem import MissingDependency\n"
-        "try:\n"
-        "    import redismem.adapters.langgraph\n"
-        "except MissingDependency as exc:\n"
-        "    print(exc)\n"
-    )
-    assert result.returncode == 0, result.stderr
-    assert "langgraph-checkpoint" in result.stdout
-    assert "pip install 'redismem[langgraph]'" in result.stdout
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_redismem_never_imports_langgraph() -> None:
-    result = _run(
-        "import sys, redismem, redismem.adapters\n"
-        "assert not any(n.split('.')[0] == 'langgraph' for n in sys.modules), 'imported'"
-    )
-    assert result.returncode == 0, result.stderr

@@ -6,14 +6,13 @@ through ``ChatMemoryBuffer``."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from conftest import MemoryFactory
+from helpers import session_ttls
 from llama_index.core.agent.workflow import ReActAgent
 from llama_index.core.base.llms.types import ImageBlock, TextBlock, ToolCallBlock
 from llama_index.core.chat_engine import SimpleChatEngine
@@ -261,18 +260,6 @@ async def test_a_chat_is_kept_until_deleted_unless_a_ttl_is_given(
         RedisMemChatStore(mem, ttl=-1)
 
 
-async def session_ttls(mem: Memory, raw: Any, session_id: str, user_id: str) -> list[int]:
-    """The PTTL of every key of the session (-1: no expiry), and its expiry as
-    ``sessions`` reports it."""
-    (info,) = [s for s in await mem.sessions(user_id=user_id) if s.session_id == session_id]
-    pattern = f"{mem.layout.namespace}:*{session_id}*"
-    keys = [k async for k in raw.scan_iter(match=pattern, count=1000)]
-    assert keys
-    ttls = [await raw.pttl(k) for k in keys]
-    assert (info.expires_at is None) == all(t == -1 for t in ttls)
-    return ttls
-
-
 class _Opaque:
     pass
 
@@ -489,37 +476,6 @@ def test_conversion_helper_names_the_message() -> None:
     assert from_llamaindex(ChatMessage(role="user", content="x")).content == "x"
     with pytest.raises(InvalidInput, match="messages\\[4\\]"):
         from_llamaindex(ChatMessage(content="x", additional_kwargs={"b": b"\x00"}), 4)
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_redismem_never_imports_llama_index() -> None:
-    result = _run(
-        "import sys, redismem, redismem.adapters\n"
-        "assert not any(n.startswith('llama_index') for n in sys.modules), 'imported'"
-    )
-    assert result.returncode == 0, result.stderr
-
-
-@pytest.mark.processes  # a fresh interpreter
-def test_missing_llama_index_names_the_extra() -> None:
-    result = _run(
-        "import sys\n"
-        "sys.modules['llama_index'] = None\n"
-        "from redismem import MissingDependency\n"
-        "try:\n"
-        "    import redismem.adapters.llamaindex\n"
-        "except MissingDependency as exc:\n"
-        "    print(exc)\n"
-    )
-    assert result.returncode == 0, result.stderr
-    assert "llama-index-core" in result.stdout
-    assert "pip install 'redismem[llamaindex]'" in result.stdout
 
 
 class ScriptedLLM(CustomLLM):

@@ -64,6 +64,17 @@ async def pttls(raw: Any, pattern: str) -> dict[bytes, int]:
     return {key: await raw.pttl(key) for key in await keys_matching(raw, pattern)}
 
 
+async def session_ttls(memory: Any, raw: Any, session_id: str, user_id: str) -> list[int]:
+    """The PTTL of every key of the session (-1: no expiry), checked against
+    its expiry as ``memory.sessions`` reports it."""
+    (info,) = [s for s in await memory.sessions(user_id=user_id) if s.session_id == session_id]
+    keys = await keys_matching(raw, f"{memory.layout.namespace}:*{session_id}*")
+    assert keys
+    ttls = [await raw.pttl(k) for k in keys]
+    assert (info.expires_at is None) == all(t == -1 for t in ttls)
+    return ttls
+
+
 def user(content: str, **fields: Any) -> dict[str, Any]:
     return {"role": "user", "content": content, **fields}
 
