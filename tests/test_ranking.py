@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redismem.recall import ranking
+from redismem.recall import bm25, ranking
 from redismem.recall.ranking import DocLinks, Params, doc_weights, idf, query_terms, rank
 from redismem.recall.terms import terms
 
@@ -68,6 +68,30 @@ FILLER = [
     "work was busy today",
     "I read a book about the weather",
 ]
+
+
+# --- BM25 (recall.bm25, shared with the long-term store) ------------------------------
+
+
+def test_bm25_score_is_the_formula_with_the_callers_parameters() -> None:
+    expected = 1.5 * 2 * 2.2 / (2 + 1.2 * (1 - 0.75 + 0.75 * 10 / 5))
+    assert bm25.score(2, 10, 5, k1=1.2, b=0.75, idf=1.5) == pytest.approx(expected)
+    # b = 0: the length does not count; b = 1: fully normalised by it.
+    assert bm25.score(1, 100, 5, k1=1.2, b=0.0) == pytest.approx(1.0)
+    assert bm25.score(1, 10, 5, k1=1.2, b=1.0) < bm25.score(1, 5, 5, k1=1.2, b=1.0)
+    # The term frequency saturates towards k1 + 1.
+    assert bm25.score(10_000, 5, 5, k1=1.2, b=0.2) == pytest.approx(2.2, rel=1e-3)
+    assert idf is bm25.idf
+
+
+def test_doc_weights_are_bm25_with_recalls_parameters() -> None:
+    text = "ramen ramen noodles with friends"
+    dl = len(terms(text))
+    expected = {
+        t: bm25.score(n, dl, ranking.AVG_DOC_LEN, k1=ranking.K1, b=ranking.B)
+        for t, n in Counter(terms(text)).items()
+    }
+    assert doc_weights(text, params=PLAIN) == expected
 
 
 # --- idf and query terms -------------------------------------------------------------

@@ -14,7 +14,9 @@ import pytest
 
 from redismem import BackendUnavailable, CorruptData, InvalidInput, Memory
 from redismem.core.keys import STORE_KEY_KINDS, KeyLayout, store_ref
+from redismem.longterm import store as store_module
 from redismem.longterm.store import Item, ItemVersion, LongTermStore, SearchItem
+from redismem.recall import bm25, ranking
 
 NS = ("alice", "prefs")
 
@@ -313,6 +315,28 @@ async def test_search_ranks_by_keyword_relevance(make_memory):
     assert (await store.search(("alice",), query="sushi ramen"))[0].key == "both"
     assert await store.search(("alice",), query="pizza") == []
     assert await store.search(("alice",), query="the and of") == []  # stop words only
+
+
+async def test_store_and_recall_score_with_the_one_bm25(make_memory, monkeypatch):
+    """One BM25 (``recall.bm25.score``) serves the store's search and
+    recall's index-time weights; each passes its own parameters."""
+    calls: list[tuple[float, float]] = []
+    one_score = bm25.score
+
+    def spy(*args: Any, k1: float, b: float, idf: float = 1.0) -> float:
+        calls.append((k1, b))
+        return one_score(*args, k1=k1, b=b, idf=idf)
+
+    monkeypatch.setattr(bm25, "score", spy)
+    _, store = await store_of(make_memory)
+    await store.put(("alice", "notes"), "n1", {"text": "ramen noodles"})
+    [found] = await store.search(("alice",), query="ramen")
+    assert set(calls) == {(store_module.K1, store_module.B)} == {(1.2, 0.75)}
+    # One item of two terms, the average length: BM25 is the idf alone.
+    assert found.score == pytest.approx(bm25.idf(1, 1))
+    calls.clear()
+    ranking.doc_weights("ramen noodles")
+    assert set(calls) == {(ranking.K1, ranking.B)} == {(1.2, 0.2)}
 
 
 async def test_index_chooses_the_searchable_fields(make_memory):

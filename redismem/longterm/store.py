@@ -19,8 +19,9 @@ bounded batch per write (and before ``list_namespaces``), and reads never
 return an expired item.
 
 Search: without a query, the newest ``updated_at`` first; with one, BM25
-over the indexed text of the items (terms from ``analysis.terms``), with the
-document statistics of the tenant; only items holding a query term are found
+over the indexed text of the items (terms from ``recall.terms``, scores from
+``recall.bm25`` with ``K1`` and ``B`` below), with the document statistics of
+the tenant; only items holding a query term are found
 (a query of stop words alone finds nothing). ``filter`` matches value fields by
 dotted path, exactly or with ``$eq $ne $gt $gte $lt $lte $in``. A missing
 field equals nothing (``$ne`` holds for it); ``bool`` never equals a number.
@@ -44,8 +45,8 @@ import msgpack
 from pydantic import BaseModel, ConfigDict
 
 from redismem.checks import check_int, check_optional_int, check_write_id
-from redismem.core.codec import ms_to_datetime
 from redismem.core.backend import backend_of
+from redismem.core.codec import ms_to_datetime
 from redismem.core.connection import scan_once
 from redismem.core.guard import EpochMoved, in_epoch, read_guarded
 from redismem.core.keys import (
@@ -59,6 +60,7 @@ from redismem.core.keys import (
 )
 from redismem.core.scripts import guarded, script_source
 from redismem.errors import BackendUnavailable, CorruptData, InvalidInput, VersionConflict
+from redismem.recall import bm25
 from redismem.recall.terms import terms
 from redismem.values import check_json_value
 
@@ -73,7 +75,8 @@ T = TypeVar("T")
 RECORD_SCHEMA = 1
 #: Postings read per query term (the highest term frequencies first).
 MAX_POSTINGS = 10_000
-#: BM25 parameters.
+#: BM25 parameters (``redismem.recall.bm25``): the textbook values; recall
+#: tunes its own (``recall.ranking``).
 K1 = 1.2
 B = 0.75
 #: Longest ttl accepted, in seconds (100 years).
@@ -348,10 +351,6 @@ def _index_terms(value: dict[str, Any], paths: list[str] | None) -> Counter[str]
     for text in texts:
         counts.update(terms(text))
     return counts
-
-
-def _bm25(idf: float, tf: float, length: float, average: float) -> float:
-    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
 
 
 # -- records -------------------------------------------------------------------------------
@@ -816,7 +815,7 @@ class LongTermStore:
         for position, term in enumerate(query_terms):
             df, members = per_term[2 * position], _score_pairs(per_term[2 * position + 1])
             n = max(docs, df)
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5)) * weights[term]
+            idf = bm25.idf(df, n) * weights[term]
             for member, tf in members:
                 ref = _text(member, keys.term(term))
                 if ref.startswith(ref_prefix):
@@ -827,7 +826,9 @@ class LongTermStore:
         [lengths] = await self._read(keys, [("HMGET", keys.doclen, *refs)])
         scores = {
             ref: sum(
-                _bm25(idf, tf, _number(length, keys.doclen), max(average, 1e-9))
+                bm25.score(
+                    tf, _number(length, keys.doclen), max(average, 1e-9), k1=K1, b=B, idf=idf
+                )
                 for idf, tf in hits[ref]
             )
             for ref, length in zip(refs, lengths, strict=True)

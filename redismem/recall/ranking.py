@@ -9,6 +9,7 @@ messages of its session):
 
     bm25(t, text) = tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / AVG_DOC_LEN))
                     tf = count of t in terms(text), dl = len(terms(text))
+                    (``bm25.score``, the store's formula too, with recall's K1 and B)
     weight(t) = max of
         bm25(t, content)                                   the message itself
         NAME_WEIGHT       when t in terms(name)            the speaker
@@ -23,7 +24,7 @@ Query time (one Lua call; ``rank`` is the reference):
     2. N = number of docs of the user
        for each term t in qw:
            df = ZCARD postings(t); skip when 0
-           w_t = qw[t] * idf(df, N)      # log(1 + (N - df + 0.5) / (df + 0.5))
+           w_t = qw[t] * idf(df, N)      # bm25.idf: log(1 + (N - df + 0.5) / (df + 0.5))
            for (doc, weight) in ZREVRANGE postings(t) 0 MAX_POSTINGS-1 WITHSCORES:
                base[doc] = base[doc] + w_t * weight
     3. candidates = the docs of base, plus prev(d) and next(d) of each
@@ -46,12 +47,13 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from redismem.recall import bm25
+from redismem.recall.bm25 import idf
 from redismem.recall.terms import terms
 
 __all__ = [
@@ -152,9 +154,10 @@ class DocLinks:
 
 
 def _tf_weights(text_terms: Sequence[str], p: Params) -> dict[str, float]:
-    tf = Counter(text_terms)
-    norm = p.k1 * (1.0 - p.b + p.b * len(text_terms) / p.avg_doc_len)
-    return {t: n * (p.k1 + 1.0) / (n + norm) for t, n in tf.items()}
+    dl = len(text_terms)
+    return {
+        t: bm25.score(n, dl, p.avg_doc_len, k1=p.k1, b=p.b) for t, n in Counter(text_terms).items()
+    }
 
 
 def doc_weights(
@@ -197,11 +200,6 @@ def date_text(created: datetime) -> str:
 def query_terms(query: str) -> dict[str, float]:
     """``term -> query weight`` of a query (each distinct term once)."""
     return dict.fromkeys(terms(query), 1.0)
-
-
-def idf(df: int, n: int) -> float:
-    """BM25 idf, never negative: ``log(1 + (n - df + 0.5) / (df + 0.5))``."""
-    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
 @functools.lru_cache(maxsize=1024)
