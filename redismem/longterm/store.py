@@ -23,8 +23,8 @@ over the indexed text of the items (terms from ``recall.terms``, scores from
 ``recall.bm25`` with ``K1`` and ``B`` below), with the document statistics of
 the tenant; only items holding a query term are found
 (a query of stop words alone finds nothing). ``filter`` matches value fields by
-dotted path, exactly or with ``$eq $ne $gt $gte $lt $lte $in``. A missing
-field equals nothing (``$ne`` holds for it); ``bool`` never equals a number.
+dotted path, exactly or with ``$eq $ne $gt $gte $lt $lte $in`` (the language:
+``longterm.filters``); ``index`` names the searchable fields (``longterm.jsonpaths``).
 Ranking reads at most ``MAX_POSTINGS`` postings per query term (the highest
 term frequencies), and a narrow prefix is found by walking the tenant's items
 newest first: both are linear in the tenant's size, not the store's.
@@ -34,32 +34,38 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import msgpack
-from pydantic import BaseModel, ConfigDict
-
-from redismem.checks import check_int, check_optional_int, check_write_id
+from redismem.checks import check_int, check_optional_int, check_optional_str, check_write_id
 from redismem.core.backend import backend_of
-from redismem.core.codec import ms_to_datetime
 from redismem.core.connection import scan_once
 from redismem.core.guard import EpochMoved, in_epoch, read_guarded
 from redismem.core.keys import (
     StoreKeys,
     escape_id,
     parse_store_namespace_ref,
-    parse_store_ref,
     store_namespace_ref,
     store_ref,
     validate_id,
 )
 from redismem.core.scripts import guarded, script_source
 from redismem.errors import BackendUnavailable, CorruptData, InvalidInput, VersionConflict
+from redismem.longterm import filters, jsonpaths
+from redismem.longterm.items import (
+    Item,
+    ItemVersion,
+    Record,
+    SearchItem,
+    check_namespace,
+    check_pattern,
+    decode_record,
+    item_fields,
+    namespace_matches,
+    record_payload,
+    search_item,
+)
 from redismem.recall import bm25
 from redismem.recall.terms import terms
 from redismem.values import check_json_value
@@ -71,8 +77,6 @@ __all__ = ["Item", "ItemVersion", "LongTermStore", "SearchItem"]
 
 T = TypeVar("T")
 
-#: Version of the stored record payload ``[schema, value, source]``.
-RECORD_SCHEMA = 1
 #: Postings read per query term (the highest term frequencies first).
 MAX_POSTINGS = 10_000
 #: BM25 parameters (``redismem.recall.bm25``): the textbook values; recall
@@ -82,78 +86,13 @@ B = 0.75
 #: Longest ttl accepted, in seconds (100 years).
 MAX_TTL = 100 * 365 * 86_400.0
 
-_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in"})
 _PAGE = 100
 _PURGE_BATCH = 200
 _PRUNE_BATCH = 500
 _PRUNE_ROUNDS = 1_000
-_SEGMENT_RE = re.compile(r"([^\[\]]*)((?:\[(?:\*|\d+)\])*)")
-_INDEX_RE = re.compile(r"\[(\*|\d+)\]")
 
 
-# -- models -------------------------------------------------------------------------
-
-
-class Item(BaseModel):
-    """One stored item: a JSON object under a namespace and key."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    #: When the item was first put (after a delete: put again).
-    created_at: datetime
-    #: When this version was put (a tombstone: when it was deleted).
-    updated_at: datetime
-    #: 1 on the first put, one more per put (and per delete).
-    version: int
-    #: Provenance given to ``put``, e.g. the session and message ids.
-    source: dict[str, Any] | None = None
-
-
-class SearchItem(Item):
-    """An item found by ``search``; ``score`` is its relevance to the query
-    (None without a query)."""
-
-    score: float | None = None
-
-
-class ItemVersion(Item):
-    """One version in an item's ``history``; a delete is a version too, a
-    tombstone with ``deleted`` set and an empty ``value``."""
-
-    deleted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    version: int
-    created_ms: int
-    updated_ms: int
-    deleted: bool
-    value: dict[str, Any]
-    source: dict[str, Any] | None
-
-
-# -- argument checks ------------------------------------------------------------------
-
-
-def _check_namespace(value: object, name: str, *, allow_empty: bool = False) -> tuple[str, ...]:
-    """A tuple of non-empty str labels; empty only when ``allow_empty``."""
-    if not isinstance(value, tuple):
-        raise InvalidInput(f"{name} must be a tuple of str labels, not {type(value).__name__}")
-    if not value and not allow_empty:
-        raise InvalidInput(f"{name} must not be empty: its first label is the tenant")
-    for position, label in enumerate(value):
-        validate_id(label, f"{name}[{position}]")
-    return tuple(value)
-
-
-def _check_pattern(value: object, name: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    return _check_namespace(value, name, allow_empty=True)
+# -- argument checks and replies ------------------------------------------------
 
 
 def _check_json_dict(value: object, name: str) -> dict[str, Any]:
@@ -164,21 +103,6 @@ def _check_json_dict(value: object, name: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
     return value
-
-
-def _check_index(index: object) -> list[str] | None:
-    """``None`` (every string), ``False`` (nothing: ``[]``) or field paths."""
-    if index is None:
-        return None
-    if index is False:
-        return []
-    if not isinstance(index, list | tuple):
-        raise InvalidInput(f"index must be None, False or a list of field paths, not {index!r}")
-    for path in index:
-        if not isinstance(path, str) or not path:
-            raise InvalidInput(f"index paths must be non-empty str, got {path!r}")
-        _path_steps(path)
-    return list(index)
 
 
 def _ttl_ms(ttl: object, name: str = "ttl") -> int:
@@ -195,214 +119,6 @@ def _ttl_ms(ttl: object, name: str = "ttl") -> int:
     return max(1, round(ttl * 1000))
 
 
-def _check_filter(flt: object) -> dict[str, Any]:
-    if flt is None:
-        return {}
-    if type(flt) is not dict:
-        raise InvalidInput(f"filter must be a dict, not {type(flt).__name__}")
-    for path, condition in flt.items():
-        if not isinstance(path, str) or not path:
-            raise InvalidInput(f"filter fields must be non-empty str, got {path!r}")
-        try:
-            check_json_value(condition, f"filter[{path!r}]")
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from exc
-        for op, operand in _operators(path, condition):
-            if op not in _OPERATORS:
-                known = ", ".join(sorted(_OPERATORS))
-                raise InvalidInput(f"unknown filter operator {op!r} on {path!r} (known: {known})")
-            if op == "$in" and type(operand) is not list:
-                raise InvalidInput(f"$in on {path!r} needs a list, got {operand!r}")
-    return flt
-
-
-def _operators(path: str, condition: Any) -> list[tuple[str, Any]]:
-    """``condition`` as ``(operator, operand)`` pairs; a plain value is ``$eq``."""
-    if type(condition) is not dict or not any(k.startswith("$") for k in condition):
-        return [("$eq", condition)]
-    if not all(k.startswith("$") for k in condition):
-        raise InvalidInput(f"filter on {path!r} mixes operators and plain fields")
-    return list(condition.items())
-
-
-# -- filters ----------------------------------------------------------------------------
-
-_MISSING: Any = object()
-
-
-def _lookup(value: Any, path: str) -> Any:
-    """The value at a dotted path (list positions as numbers), or ``_MISSING``."""
-    node = value
-    for part in path.split("."):
-        if type(node) is dict and part in node:
-            node = node[part]
-        elif type(node) is list and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """Equality of JSON values: numbers by value, ``bool`` apart from numbers."""
-    if _is_number(a) and _is_number(b):
-        return bool(a == b)
-    if type(a) is not type(b):
-        return False
-    if type(a) is list:
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if type(a) is dict:
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
-def _compare(a: Any, b: Any) -> int | None:
-    """-1, 0 or 1 for two numbers or two strings; None when they do not order."""
-    if (_is_number(a) and _is_number(b)) or (type(a) is str and type(b) is str):
-        return int(a > b) - int(a < b)
-    return None
-
-
-def _holds(op: str, field: Any, operand: Any) -> bool:
-    if op == "$eq":
-        return field is not _MISSING and _json_equal(field, operand)
-    if op == "$ne":
-        return field is _MISSING or not _json_equal(field, operand)
-    if op == "$in":
-        return field is not _MISSING and any(_json_equal(field, o) for o in operand)
-    order = None if field is _MISSING else _compare(field, operand)
-    if order is None:
-        return False
-    return {"$gt": order > 0, "$gte": order >= 0, "$lt": order < 0, "$lte": order <= 0}[op]
-
-
-def _matches(value: dict[str, Any], flt: dict[str, Any]) -> bool:
-    for path, condition in flt.items():
-        field = _lookup(value, path)
-        if not all(_holds(op, field, operand) for op, operand in _operators(path, condition)):
-            return False
-    return True
-
-
-# -- indexing ---------------------------------------------------------------------------
-
-
-def _path_steps(path: str) -> list[str | int | None]:
-    """``"a.b[0].c[*]"`` -> ``["a", "b", 0, "c", None]`` (None: every element);
-    ``"$"`` is the whole value."""
-    if path == "$":
-        return []
-    steps: list[str | int | None] = []
-    for segment in path.split("."):
-        match = _SEGMENT_RE.fullmatch(segment)
-        if match is None or not (match.group(1) or match.group(2)):
-            raise InvalidInput(f"index path {path!r} is not a field path like 'a.b' or 'a[*].b'")
-        if match.group(1):
-            steps.append(match.group(1))
-        for index in _INDEX_RE.findall(match.group(2)):
-            steps.append(None if index == "*" else int(index))
-    return steps
-
-
-def _select(node: Any, steps: Sequence[str | int | None]) -> Iterator[Any]:
-    if not steps:
-        yield node
-        return
-    step, rest = steps[0], steps[1:]
-    if isinstance(step, str):
-        if type(node) is dict and step in node:
-            yield from _select(node[step], rest)
-    elif type(node) is list:
-        if step is None:
-            for element in node:
-                yield from _select(element, rest)
-        elif step < len(node):
-            yield from _select(node[step], rest)
-
-
-def _strings(node: Any) -> Iterator[str]:
-    """Every string value inside ``node`` (not dict keys)."""
-    if type(node) is str:
-        yield node
-    elif type(node) is list:
-        for element in node:
-            yield from _strings(element)
-    elif type(node) is dict:
-        for element in node.values():
-            yield from _strings(element)
-
-
-def _index_terms(value: dict[str, Any], paths: list[str] | None) -> Counter[str]:
-    """Term frequencies of the indexed text (``paths`` None: every string)."""
-    if paths is None:
-        texts = list(_strings(value))
-    else:
-        texts = [
-            text
-            for path in paths
-            for node in _select(value, _path_steps(path))
-            for text in _strings(node)
-        ]
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update(terms(text))
-    return counts
-
-
-# -- records -------------------------------------------------------------------------------
-
-
-def _payload(value: dict[str, Any], source: dict[str, Any] | None) -> bytes:
-    packed: bytes = msgpack.packb([RECORD_SCHEMA, value, source], use_bin_type=True)
-    return packed
-
-
-def _decode(key: str, raw: bytes) -> _Record:
-    """A stored record (see ``keys``); ``CorruptData`` naming ``key`` if unreadable."""
-    try:
-        version, created, updated, op, payload = raw.split(b",", 4)
-        schema, value, source = msgpack.unpackb(payload, raw=False)
-        deleted = op == b"d"
-        if (
-            schema != RECORD_SCHEMA
-            or op not in (b"p", b"d")
-            or type(value) is not (type(None) if deleted else dict)
-            or not (source is None or type(source) is dict)
-        ):
-            raise ValueError(f"unexpected record layout (schema {schema!r}, op {op!r})")
-        return _Record(int(version), int(created), int(updated), deleted, value or {}, source)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise CorruptData(key, f"store record: {exc}") from exc
-
-
-def _fields(namespace: tuple[str, ...], key: str, record: _Record) -> dict[str, Any]:
-    return {
-        "namespace": namespace,
-        "key": key,
-        "value": record.value,
-        "created_at": ms_to_datetime(record.created_ms),
-        "updated_at": ms_to_datetime(record.updated_ms),
-        "version": record.version,
-        "source": record.source,
-    }
-
-
-def _found(ref: str, key: str, record: _Record, score: float | None) -> SearchItem:
-    namespace, item_key = _parse_ref(ref, key)
-    return SearchItem(**_fields(namespace, item_key, record), score=score)
-
-
-def _parse_ref(ref: str, key: str) -> tuple[tuple[str, ...], str]:
-    try:
-        return parse_store_ref(ref)
-    except InvalidInput as exc:
-        raise CorruptData(key, f"bad item ref {ref!r}") from exc
-
-
 def _text(raw: bytes, key: str) -> str:
     try:
         return raw.decode("utf-8")
@@ -415,27 +131,6 @@ def _number(raw: Any, key: str) -> float:
         return float(raw or 0)
     except (TypeError, ValueError) as exc:
         raise CorruptData(key, f"not a number: {raw!r}") from exc
-
-
-# -- namespace matching (list_namespaces) ----------------------------------------------
-
-
-def _labels_match(labels: Sequence[str], pattern: Sequence[str]) -> bool:
-    return all(p == "*" or p == label for label, p in zip(labels, pattern, strict=True))
-
-
-def _namespace_matches(
-    namespace: tuple[str, ...], prefix: tuple[str, ...] | None, suffix: tuple[str, ...] | None
-) -> bool:
-    if prefix is not None and (
-        len(namespace) < len(prefix) or not _labels_match(namespace[: len(prefix)], prefix)
-    ):
-        return False
-    if suffix is not None and suffix:
-        if len(namespace) < len(suffix):
-            return False
-        return _labels_match(namespace[len(namespace) - len(suffix) :], suffix)
-    return True
 
 
 def _score_pairs(reply: Any) -> list[tuple[Any, Any]]:
@@ -549,25 +244,25 @@ class LongTermStore:
         ``while_at``: ``(namespace, key, version)`` of another item of the
         same tenant; the put lands only while that item is at that version
         (0: none), else ``VersionConflict`` and nothing is written."""
-        ns = _check_namespace(namespace, "namespace")
+        ns = check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         item_value = _check_json_dict(value, "value")
         item_source = None if source is None else _check_json_dict(source, "source")
-        paths = _check_index(index)
+        paths = jsonpaths.check_index(index)
         ttl_arg = self._default_ttl_ms if ttl is None else _ttl_ms(ttl)
         op = check_write_id(write_id)
         expected = "" if if_version is None else check_int("if_version", if_version)
-        counts = _index_terms(item_value, paths)
+        counts = jsonpaths.indexed_terms(item_value, paths)
         ref = store_ref(ns, item_key)
         other = None
         if while_at is not None:
-            other_ns = _check_namespace(while_at[0], "while_at namespace")
+            other_ns = check_namespace(while_at[0], "while_at namespace")
             if other_ns[0] != ns[0]:
                 raise InvalidInput("while_at must name an item of the same tenant")
             other = store_ref(other_ns, validate_id(while_at[1], "while_at key"))
             check_int("while_at version", while_at[2])
         pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
-        payload = _payload(item_value, item_source)
+        payload = record_payload(item_value, item_source)
 
         def put(keys: StoreKeys) -> Awaitable[Any]:
             args = [
@@ -613,8 +308,8 @@ class LongTermStore:
             raise VersionConflict(f"item {while_at[1]!r}", while_at[2], int(version))
         if status == -1:
             raise VersionConflict(f"item {key!r} of {namespace!r}", int(expected), int(version))
-        record = _Record(version, created, updated, False, item_value, item_source)
-        return Item(**_fields(ns, item_key, record))
+        record = Record(version, created, updated, False, item_value, item_source)
+        return Item(**item_fields(ns, item_key, record))
 
     async def delete(
         self,
@@ -626,12 +321,12 @@ class LongTermStore:
     ) -> None:
         """Delete an item; its history keeps the last version and a tombstone
         (carrying ``source``). Deleting a missing item does nothing."""
-        ns = _check_namespace(namespace, "namespace")
+        ns = check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         item_source = None if source is None else _check_json_dict(source, "source")
         op = check_write_id(write_id)
         ref = store_ref(ns, item_key)
-        tombstone = msgpack.packb([RECORD_SCHEMA, None, item_source], use_bin_type=True)
+        tombstone = record_payload(None, item_source)
 
         def delete(keys: StoreKeys) -> Awaitable[Any]:
             script_keys = [*keys.tenant_keys(), keys.item(ref), keys.history(ref)]
@@ -652,7 +347,7 @@ class LongTermStore:
 
         Runs in batches, each atomic: an item put under the prefix while the
         purge runs may survive it."""
-        prefix = _check_namespace(namespace_prefix, "namespace_prefix")
+        prefix = check_namespace(namespace_prefix, "namespace_prefix")
 
         async def purge(keys: StoreKeys) -> int:
             args = [*keys.key_prefixes(), store_namespace_ref(prefix), _PURGE_BATCH, "0"]
@@ -667,7 +362,7 @@ class LongTermStore:
 
     async def purge_item(self, namespace: tuple[str, ...], key: str) -> bool:
         """Remove one item for good, with its history: True if there was one."""
-        ns = _check_namespace(namespace, "namespace")
+        ns = check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
 
         async def purge(keys: StoreKeys) -> bool:
@@ -688,7 +383,7 @@ class LongTermStore:
 
     async def get(self, namespace: tuple[str, ...], key: str) -> Item | None:
         """The item's current version, or None (never put, deleted or expired)."""
-        ns = _check_namespace(namespace, "namespace")
+        ns = check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         ref = store_ref(ns, item_key)
 
@@ -696,14 +391,14 @@ class LongTermStore:
             [raw] = await self._read(keys, [("GET", keys.item(ref))])
             if raw is None:
                 return None
-            return Item(**_fields(ns, item_key, _decode(keys.item(ref), raw)))
+            return Item(**item_fields(ns, item_key, decode_record(keys.item(ref), raw)))
 
         return await self._in_epoch(ns[0], get)
 
     async def history(self, namespace: tuple[str, ...], key: str) -> list[ItemVersion]:
         """Every version of the item, oldest first: earlier puts, delete
         tombstones and the current version. Empty once purged or expired."""
-        ns = _check_namespace(namespace, "namespace")
+        ns = check_namespace(namespace, "namespace")
         item_key = validate_id(key, "key")
         ref = store_ref(ns, item_key)
 
@@ -711,10 +406,10 @@ class LongTermStore:
             old, current = await self._read(
                 keys, [("LRANGE", keys.history(ref), 0, -1), ("GET", keys.item(ref))]
             )
-            records = [_decode(keys.history(ref), raw) for raw in old]
+            records = [decode_record(keys.history(ref), raw) for raw in old]
             if current is not None:
-                records.append(_decode(keys.item(ref), current))
-            return [ItemVersion(**_fields(ns, item_key, r), deleted=r.deleted) for r in records]
+                records.append(decode_record(keys.item(ref), current))
+            return [ItemVersion(**item_fields(ns, item_key, r), deleted=r.deleted) for r in records]
 
         return await self._in_epoch(ns[0], history)
 
@@ -731,12 +426,11 @@ class LongTermStore:
         """Items whose namespace starts with ``namespace_prefix`` (``()``:
         every tenant's), matching ``filter``; ranked by keyword relevance to
         ``query`` (only items with a query term), else newest first."""
-        prefix = _check_namespace(namespace_prefix, "namespace_prefix", allow_empty=True)
-        flt = _check_filter(filter)
+        prefix = check_namespace(namespace_prefix, "namespace_prefix", allow_empty=True)
+        flt = filters.check_filter(filter)
         count = check_int("limit", limit)
         skip = check_int("offset", offset)
-        if query is not None and not isinstance(query, str):
-            raise InvalidInput(f"query must be a str or None, not {type(query).__name__}")
+        check_optional_str("query", query)
         if count == 0:
             return []
         want = skip + count
@@ -771,9 +465,9 @@ class LongTermStore:
         for ref, redis_key, raw in zip(refs, redis_keys, raws, strict=True):
             if raw is None:
                 continue  # expired or deleted since the index was read
-            record = _decode(redis_key, raw)
-            if _matches(record.value, flt):
-                out.append(_found(ref, redis_key, record, scores.get(ref)))
+            record = decode_record(redis_key, raw)
+            if filters.matches(record.value, flt):
+                out.append(search_item(ref, redis_key, record, scores.get(ref)))
         return out
 
     async def _newest(
@@ -853,8 +547,8 @@ class LongTermStore:
         """The namespaces holding live items, sorted. ``prefix``/``suffix``
         match labels from the start/end, ``"*"`` matching any one label;
         ``max_depth`` cuts longer namespaces to their first labels (merged)."""
-        pre = _check_pattern(prefix, "prefix")
-        suf = _check_pattern(suffix, "suffix")
+        pre = check_pattern(prefix, "prefix")
+        suf = check_pattern(suffix, "suffix")
         depth = check_optional_int("max_depth", max_depth, minimum=1)
         count = check_int("limit", limit)
         skip = check_int("offset", offset)
@@ -865,7 +559,7 @@ class LongTermStore:
         found: set[tuple[str, ...]] = set()
         for tenant in tenants:
             for namespace in await self._in_epoch(tenant, self._namespaces):
-                if _namespace_matches(namespace, pre, suf):
+                if namespace_matches(namespace, pre, suf):
                     found.add(namespace if depth is None else namespace[:depth])
         return sorted(found)[skip : skip + count]
 
