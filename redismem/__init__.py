@@ -62,7 +62,7 @@ from redismem.longterm.consolidation import (
     LLMConsolidator,
     consolidator_from_env,
 )
-from redismem.longterm.extraction.extractors import (
+from redismem.longterm.extraction import (
     Extractor,
     LLMExtractor,
     RuleExtractor,

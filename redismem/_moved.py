@@ -32,7 +32,7 @@ MOVED_MODULES: dict[str, str] = {
     "redismem.demo_agent": "redismem.demo.agent",
     "redismem.embeddings": "redismem.recall.embeddings",
     "redismem.extract": "redismem.longterm.extraction.job",
-    "redismem.extractors": "redismem.longterm.extraction.extractors",
+    "redismem.extractors": "redismem.longterm.extraction",
     "redismem.fencing": "redismem.context.quoting",
     "redismem.guard": "redismem.core.guard",
     "redismem.keys": "redismem.core.keys",

@@ -14,9 +14,9 @@ from redismem.context import agent_memory, composite, providers, strategies, tok
 from redismem.context import builder as context_builder
 from redismem.context import quoting as fencing
 from redismem.longterm import consolidation as consolidators
+from redismem.longterm import extraction as extractors
 from redismem.longterm import memories, store
 from redismem.longterm import records as memory_models
-from redismem.longterm.extraction import extractors
 from redismem.recall import embeddings
 from redismem.summarization import summarizers
 

@@ -15,13 +15,13 @@ from worker_support import FakeChatServer, RecordedRequest, Reply
 
 from redismem.errors import ExtractorError, InvalidInput
 from redismem.llm import ChatEndpoint
-from redismem.longterm.extraction.extractors import (
+from redismem.longterm.extraction import (
     Extractor,
     LLMExtractor,
     RuleExtractor,
     extractor_from_env,
-    find_date,
 )
+from redismem.longterm.extraction.dates import find_date
 from redismem.longterm.records import AgentTask, Fact, Goal, MemoryRecord, Relationship
 from redismem.models import Message
 

@@ -2,8 +2,8 @@
 
 Every record has a ``kind`` and the fields all kinds share (``MemoryBase``);
 each kind adds its own. ``Memory`` is the discriminated union of them, and
-``MemoryDraft`` is what an extractor proposes (``redismem.longterm.extraction.extractors``): a
-record before the store gives it an id, times and a status.
+``MemoryDraft`` is what an extractor proposes (``redismem.longterm.extraction``):
+a record before the store gives it an id, times and a status.
 
 Records are data remembered from conversations; callers put them into
 prompts fenced as data (``redismem.context.quoting``), never as instructions.

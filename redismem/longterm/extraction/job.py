@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from redismem.core.backend import Backend
     from redismem.core.scripts import ExtractRead
     from redismem.longterm.consolidation import Consolidator
-    from redismem.longterm.extraction.extractors import Extractor
+    from redismem.longterm.extraction import Extractor
 
 __all__ = ["EXTRACT_BATCH", "ExtractOutcome", "extract_pass"]
 
