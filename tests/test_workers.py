@@ -13,10 +13,12 @@ import asyncio
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from conftest import MemoryFactory
 from helpers import assistant, snapshot, tool_result, user
 from worker_support import (
     FakeChatServer,
@@ -24,6 +26,7 @@ from worker_support import (
     Reply,
     SessionState,
     WorkerPool,
+    WorkerProcess,
     assert_invariant,
     backlog,
     dialogue,
@@ -60,6 +63,47 @@ def llm() -> Iterator[Callable[..., FakeChatServer]]:
 async def raw(raw_factory: Any, redis_url: str) -> Any:
     """A raw client on the real Redis (the workers' backend)."""
     return await raw_factory(redis_url)
+
+
+@dataclass
+class Rig:
+    """Real workers and ``Memory`` clients on the test's real Redis, namespace
+    and queue: ``rig.worker(**env)`` starts a worker process (``env``: its
+    variables without the ``REDISMEM_`` prefix), ``await rig.memory(**options)``
+    connects a client (``keep_recent=KEEP, summarize_batch=BATCH`` unless
+    given). The conftest fixtures behind it close and reap both at teardown."""
+
+    redis_url: str
+    namespace: str
+    queue_name: str
+    raw: Any
+    workers: WorkerPool
+    memory_factory: MemoryFactory
+
+    def worker(self, name: str | None = None, **env: Any) -> WorkerProcess:
+        variables = worker_env(self.redis_url, self.namespace, self.queue_name, **env)
+        return self.workers.start(variables, name=name)
+
+    async def memory(self, **options: Any) -> Memory:
+        defaults = {"keep_recent": KEEP, "summarize_batch": BATCH, "queue_name": self.queue_name}
+        return await self.memory_factory(self.redis_url, **(defaults | options))
+
+    async def settled(self, memory: Memory, *, written: int, **kwargs: Any) -> SessionState:
+        return await settled(
+            memory, self.raw, self.queue_name, self.workers, written=written, **kwargs
+        )
+
+
+@pytest.fixture
+def rig(
+    redis_url: str,
+    namespace: str,
+    queue_name: str,
+    raw: Any,
+    workers: WorkerPool,
+    memory_factory: MemoryFactory,
+) -> Rig:
+    return Rig(redis_url, namespace, queue_name, raw, workers, memory_factory)
 
 
 def llm_env(server: FakeChatServer) -> dict[str, Any]:
@@ -129,17 +173,9 @@ async def stats(raw: Any, memory: Memory) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(
-    memory_factory: Any, raw: Any, redis_url: str, namespace: str, queue_name: str, workers: Any
-) -> None:
-    worker = workers.start(worker_env(redis_url, namespace, queue_name))  # default: keypoints
-    memory = await memory_factory(
-        redis_url,
-        keep_recent=KEEP,
-        summarize_batch=BATCH,
-        summarize_delay=1.0,
-        queue_name=queue_name,
-    )
+async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(rig: Rig) -> None:
+    worker = rig.worker()  # default summarizer: keypoints
+    memory = await rig.memory(summarize_delay=1.0)
     enqueued: list[int] = []
     enqueue = memory._enqueue_summary
 
@@ -148,7 +184,7 @@ async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(
         await enqueue(*args)
 
     memory._enqueue_summary = counting  # type: ignore[method-assign]
-    await wait_ready(raw, worker)
+    await wait_ready(rig.raw, worker)
 
     async def writer(k: int) -> None:
         for i in range(20):
@@ -165,7 +201,7 @@ async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(
     await writers
     assert checks > 10
 
-    state = await settled(memory, raw, queue_name, workers, written=1000)
+    state = await rig.settled(memory, written=1000)
     assert backlog(state, KEEP) < BATCH
     summary = await memory.summary(session_id=SID)
     assert summary is not None
@@ -174,7 +210,7 @@ async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(
     assert summary.text.splitlines()[0] in ("Facts and preferences:", "Decisions:")
     assert all(line.endswith(":") or line.startswith("- ") for line in summary.text.splitlines())
 
-    counters = (await stats(raw, memory))["counters"]
+    counters = (await stats(rig.raw, memory))["counters"]
     assert 1 <= len(enqueued) <= 10, enqueued
     assert 1 <= counters["jobs"] <= len(enqueued), counters
     assert counters["messages_summarized"] == summary.message_count
@@ -182,15 +218,7 @@ async def test_burst_of_writes_coalesces_into_a_handful_of_jobs(
     assert worker.alive
 
 
-async def test_worker_killed_mid_summarization(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-) -> None:
+async def test_worker_killed_mid_summarization(rig: Rig, llm: Any) -> None:
     hold = threading.Event()
 
     def responder(index: int, request: RecordedRequest) -> Reply:
@@ -199,15 +227,8 @@ async def test_worker_killed_mid_summarization(
         return Reply(content=f"summary #{index}")
 
     server = llm(responder)
-    env = worker_env(redis_url, namespace, queue_name, **llm_env(server))
-    first = workers.start(env, name="first")
-    memory = await memory_factory(
-        redis_url,
-        keep_recent=KEEP,
-        summarize_batch=BATCH,
-        summarize_delay=0.1,
-        queue_name=queue_name,
-    )
+    first = rig.worker("first", **llm_env(server))
+    memory = await rig.memory(summarize_delay=0.1)
     written = dialogue(40)
     for i in range(0, 40, 4):
         await memory.write(written[i : i + 4], session_id=SID)
@@ -225,18 +246,20 @@ async def test_worker_killed_mid_summarization(
     await memory.write(dialogue(5, start=40), session_id=SID)
     await assert_invariant(memory, SID, written=45)
 
-    in_progress = [k async for k in raw.scan_iter(match=f"arq:in-progress:sum:{namespace}:*")]
+    in_progress = [
+        k async for k in rig.raw.scan_iter(match=f"arq:in-progress:sum:{rig.namespace}:*")
+    ]
     assert len(in_progress) == 1, in_progress
-    second = workers.start(env, name="second")
-    await wait_ready(raw, second)
+    second = rig.worker("second", **llm_env(server))
+    await wait_ready(rig.raw, second)
     await asyncio.sleep(0.5)
     assert server.count == 1  # the job is still "in progress" for arq
     # arq lets another worker re-run a crashed worker's job only once its
     # in-progress key expires (JOB_TIMEOUT_S + 10 s = 55 s); simulate that
     # expiry instead of waiting for it.
-    await raw.delete(*in_progress)
+    await rig.raw.delete(*in_progress)
 
-    state = await settled(memory, raw, queue_name, workers, written=45)
+    state = await rig.settled(memory, written=45)
     summary = await memory.summary(session_id=SID)
     assert summary is not None
     assert summary.message_count == 35  # each message counted once
@@ -244,34 +267,22 @@ async def test_worker_killed_mid_summarization(
     assert len(await memory.read(session_id=SID)) == KEEP
     assert server.count == 2
     assert state.summarized == 35
-    counters = (await stats(raw, memory))["counters"]
+    counters = (await stats(rig.raw, memory))["counters"]
     assert counters["summaries"] == 1
     assert counters["messages_summarized"] == 35
 
 
-async def test_same_session_job_run_twice_by_two_workers(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-) -> None:
+async def test_same_session_job_run_twice_by_two_workers(rig: Rig, llm: Any) -> None:
     server = llm(lambda index, request: Reply(content=f"run {index}", delay=1.0))
-    env = worker_env(redis_url, namespace, queue_name, **llm_env(server))
-    pair = [workers.start(env, name="a"), workers.start(env, name="b")]
-    memory = no_enqueue(
-        await memory_factory(
-            redis_url, keep_recent=KEEP, summarize_batch=BATCH, queue_name=queue_name
-        )
-    )
+    pair = [rig.worker("a", **llm_env(server)), rig.worker("b", **llm_env(server))]
+    memory = no_enqueue(await rig.memory())
     await memory.write(dialogue(40), session_id=SID)
     for worker in pair:
-        await wait_ready(raw, worker)
+        await wait_ready(rig.raw, worker)
     args = memory.summarize_args()
     assert args is not None
-    queue = SummaryQueue(redis_url, queue_name=queue_name, delay=0)
+    namespace = rig.namespace
+    queue = SummaryQueue(rig.redis_url, queue_name=rig.queue_name, delay=0)
     try:
         # The same session's job under two episode ids; the same id twice coalesces.
         assert await queue.enqueue("default", SID, "episode-a", namespace, args)
@@ -296,14 +307,14 @@ async def test_same_session_job_run_twice_by_two_workers(
 
     requests = server.requests
     assert requests[0].transcript == requests[1].transcript  # both on the same backlog
-    await settled(memory, raw, queue_name, workers, written=40)
+    await rig.settled(memory, written=40)
     assert "episode-b:summarize_session(" in second.log()
     summary = await memory.summary(session_id=SID)
     assert summary is not None
     assert summary.message_count == 30
     assert summary.text in ("run 0", "run 1")
     assert len(await memory.read(session_id=SID)) == KEEP
-    counters = (await stats(raw, memory))["counters"]
+    counters = (await stats(rig.raw, memory))["counters"]
     assert counters["summaries"] == 1
     assert counters["messages_summarized"] == 30
     assert counters["stale_commits"] == 1
@@ -311,61 +322,36 @@ async def test_same_session_job_run_twice_by_two_workers(
     assert server.count == 2
 
 
-async def test_summarizer_failures_are_retried(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-) -> None:
+async def test_summarizer_failures_are_retried(rig: Rig, llm: Any) -> None:
     def flaky(index: int, request: RecordedRequest) -> Reply:
         if index < 2:
             return Reply(status=500, body=b'{"error": "overloaded"}')
         return Reply(content="third time lucky")
 
     server = llm(flaky)
-    workers.start(worker_env(redis_url, namespace, queue_name, **llm_env(server)))
-    memory = await memory_factory(
-        redis_url,
-        keep_recent=KEEP,
-        summarize_batch=BATCH,
-        summarize_delay=0.1,
-        queue_name=queue_name,
-    )
+    rig.worker(**llm_env(server))
+    memory = await rig.memory(summarize_delay=0.1)
     await memory.write(dialogue(30), session_id=SID)
 
-    await settled(memory, raw, queue_name, workers, written=30)
+    await rig.settled(memory, written=30)
     summary = await memory.summary(session_id=SID)
     assert summary is not None
     assert (summary.text, summary.message_count) == ("third time lucky", 20)
     assert server.count == 3
-    snap = await stats(raw, memory)
+    snap = await stats(rig.raw, memory)
     assert snap["failures"] == []
     assert snap["counters"].get("failures", 0) == 0
     assert snap["counters"]["summaries"] == 1
 
 
-async def test_summarizer_that_always_fails_is_recorded_and_given_up(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-) -> None:
+async def test_summarizer_that_always_fails_is_recorded_and_given_up(rig: Rig, llm: Any) -> None:
     server = llm(lambda index, request: Reply(status=500, body=b'{"error": "down"}'))
-    worker = workers.start(worker_env(redis_url, namespace, queue_name, **llm_env(server)))
-    memory = await memory_factory(
-        redis_url,
-        keep_recent=KEEP,
-        summarize_batch=BATCH,
+    worker = rig.worker(**llm_env(server))
+    memory = await rig.memory(
         summarize_delay=0.1,
-        queue_name=queue_name,
         index=False,  # the session stays byte for byte (indexing would add its watermark)
     )
+    raw, workers = rig.raw, rig.workers
     written = dialogue(30)
     await memory.write(written, session_id=SID)
     session_pattern = memory.layout.session("default", SID).msgs.removesuffix("msgs") + "*"
@@ -387,7 +373,7 @@ async def test_summarizer_that_always_fails_is_recorded_and_given_up(
     assert "summaries" not in snap["counters"]
 
     async def job_gone() -> bool:
-        return not await summary_jobs(raw, queue_name)
+        return not await summary_jobs(raw, rig.queue_name)
 
     await eventually(job_gone, what="the failed job to leave the queue", describe=workers.logs)
     assert server.count == MAX_TRIES
@@ -399,50 +385,25 @@ async def test_summarizer_that_always_fails_is_recorded_and_given_up(
     assert worker.alive
 
 
-async def test_reconcile_sweep_picks_up_an_orphaned_session(
-    memory_factory: Any, raw: Any, redis_url: str, namespace: str, queue_name: str, workers: Any
-) -> None:
-    memory = no_enqueue(
-        await memory_factory(
-            redis_url, keep_recent=KEEP, summarize_batch=BATCH, queue_name=queue_name
-        )
-    )
+async def test_reconcile_sweep_picks_up_an_orphaned_session(rig: Rig) -> None:
+    memory = no_enqueue(await rig.memory())
     await memory.write(dialogue(30), session_id=SID)
-    assert await raw.zscore(memory.layout.pending("default"), SID) is not None
-    assert await summary_jobs(raw, queue_name) == []  # orphaned: marked, no job
+    assert await rig.raw.zscore(memory.layout.pending("default"), SID) is not None
+    assert await summary_jobs(rig.raw, rig.queue_name) == []  # orphaned: marked, no job
 
-    workers.start(
-        worker_env(
-            redis_url,
-            namespace,
-            queue_name,
-            SUMMARIZER="truncate",
-            SWEEP_SECONDS=1,
-            SWEEP_GRACE=1,
-        )
-    )
-    state = await settled(memory, raw, queue_name, workers, written=30)
+    rig.worker(SUMMARIZER="truncate", SWEEP_SECONDS=1, SWEEP_GRACE=1)
+    state = await rig.settled(memory, written=30)
     assert state.summarized == 20
-    counters = (await stats(raw, memory))["counters"]
+    counters = (await stats(rig.raw, memory))["counters"]
     assert counters["swept"] >= 1
     assert counters["jobs"] >= 1
 
 
-async def test_worker_configuration_comes_from_the_environment(
-    memory_factory: Any, raw: Any, redis_url: str, namespace: str, queue_name: str, workers: Any
-) -> None:
-    workers.start(
-        worker_env(redis_url, namespace, queue_name, SUMMARIZER="truncate", SUMMARY_MAX_CHARS=200)
-    )
-    memory = await memory_factory(
-        redis_url,
-        keep_recent=KEEP,
-        summarize_batch=BATCH,
-        summarize_delay=0.1,
-        queue_name=queue_name,
-    )
+async def test_worker_configuration_comes_from_the_environment(rig: Rig) -> None:
+    rig.worker(SUMMARIZER="truncate", SUMMARY_MAX_CHARS=200)
+    memory = await rig.memory(summarize_delay=0.1)
     await memory.write(dialogue(30), session_id=SID)
-    await settled(memory, raw, queue_name, workers, written=30)
+    await rig.settled(memory, written=30)
 
     summary = await memory.summary(session_id=SID)
     assert summary is not None
@@ -533,13 +494,10 @@ async def test_memory_aclose_closes_queue_connections(
         await pool.disconnect()
 
 
-async def test_idle_pass_does_not_stall_a_due_session(
-    memory_factory: Any, raw: Any, redis_url: str, namespace: str, queue_name: str, workers: Any
-) -> None:
-    workers.start(worker_env(redis_url, namespace, queue_name, SUMMARIZER="truncate"))
-    memory = await memory_factory(
-        redis_url, keep_recent=2, summarize_batch=3, summarize_delay=0.1, queue_name=queue_name
-    )
+async def test_idle_pass_does_not_stall_a_due_session(rig: Rig) -> None:
+    rig.worker(SUMMARIZER="truncate")
+    memory = await rig.memory(keep_recent=2, summarize_batch=3, summarize_delay=0.1)
+    raw, queue_name, workers = rig.raw, rig.queue_name, rig.workers
     calls = [{"id": f"c{i}", "name": "lookup", "arguments": {}} for i in range(4)]
     results = [tool_result(f"c{i}", f"r{i}") for i in range(4)]
     # 5 messages, 3 beyond the window: due, but every cut falls inside the tool sequence.
@@ -563,25 +521,14 @@ async def test_idle_pass_does_not_stall_a_due_session(
     await eventually(summarized, within=6, what="the summary", describe=workers.logs)
 
 
-async def test_concurrent_jobs_llm_calls_do_not_wait_for_threads(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-) -> None:
+async def test_concurrent_jobs_llm_calls_do_not_wait_for_threads(rig: Rig, llm: Any) -> None:
     # Regression: LLM calls once ran in asyncio's default executor (min(32, cpus + 4)
     # threads), so with 16 concurrent jobs on a small machine calls waited for a
     # thread past their timeout. Every call here is answered in 1.8 s, within 2 s.
     server = llm(lambda index, request: Reply(content=f"summary {index}", delay=1.8))
-    env = llm_env(server) | {"LLM_TIMEOUT": 2}
-    worker = workers.start(worker_env(redis_url, namespace, queue_name, **env))
-    await wait_ready(raw, worker)
-    memory = await memory_factory(
-        redis_url, keep_recent=2, summarize_batch=3, summarize_delay=0.5, queue_name=queue_name
-    )
+    worker = rig.worker(**(llm_env(server) | {"LLM_TIMEOUT": 2}))
+    await wait_ready(rig.raw, worker)
+    memory = await rig.memory(keep_recent=2, summarize_batch=3, summarize_delay=0.5)
     sessions = [f"s{i}" for i in range(16)]  # WorkerSettings.max_jobs jobs at once
     await asyncio.gather(*(memory.write(dialogue(5), session_id=s) for s in sessions))
 
@@ -589,20 +536,13 @@ async def test_concurrent_jobs_llm_calls_do_not_wait_for_threads(
         found = [await memory.summary(session_id=s) for s in sessions]
         return all(s is not None for s in found)
 
-    await eventually(all_summarized, within=6, what="16 summaries", describe=workers.logs)
+    await eventually(all_summarized, within=6, what="16 summaries", describe=rig.workers.logs)
     assert server.count == 16  # no call failed and was retried
 
 
 @pytest.mark.parametrize("how", ["clear", "clear_user"])
 async def test_job_of_a_cleared_session_commits_nothing_into_its_new_incarnation(
-    memory_factory: Any,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: Any,
-    llm: Any,
-    how: str,
+    rig: Rig, llm: Any, how: str
 ) -> None:
     """Issue 7, defect 1, with a real worker: the summary of a cleared
     conversation never reaches the session written after the clear."""
@@ -612,10 +552,8 @@ async def test_job_of_a_cleared_session_commits_nothing_into_its_new_incarnation
         return Reply(content="summary of the cleared conversation", hold=hold)
 
     server = llm(responder)
-    workers.start(worker_env(redis_url, namespace, queue_name, **llm_env(server)))
-    memory = await memory_factory(
-        redis_url, keep_recent=5, summarize_batch=10, summarize_delay=0.1, queue_name=queue_name
-    )
+    rig.worker(**llm_env(server))
+    memory = await rig.memory(keep_recent=5, summarize_batch=10, summarize_delay=0.1)
     for i in range(25):
         await memory.write([user(f"old {i}")], session_id=SID)
     await server.wait_requests(1)  # the worker is summarizing the old conversation
@@ -629,13 +567,13 @@ async def test_job_of_a_cleared_session_commits_nothing_into_its_new_incarnation
     hold.set()
 
     async def job_done() -> bool:
-        return not await summary_jobs(raw, queue_name)
+        return not await summary_jobs(rig.raw, rig.queue_name)
 
-    await eventually(job_done, what="the job to end", describe=workers.logs)
+    await eventually(job_done, what="the job to end", describe=rig.workers.logs)
     new = [f"new {i}" for i in range(5)]
     assert [m.content for m in await memory.read(session_id=SID)] == new
     context = await memory.context(session_id=SID)
     assert context.summary is None
     assert [m.content for m in context.messages] == new
-    stats = await QueueStats(raw, memory.layout).snapshot()
+    stats = await QueueStats(rig.raw, memory.layout).snapshot()
     assert stats["counters"].get("summaries", 0) == 0
