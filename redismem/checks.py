@@ -22,17 +22,13 @@ import itertools
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from redismem.errors import InvalidInput
 from redismem.models import Message
 from redismem.values import check_json_value
-
-if TYPE_CHECKING:
-    from redismem.surface import SessionMemory
 
 __all__ = [
     "MAX_INT",
@@ -45,7 +41,6 @@ __all__ = [
     "check_int",
     "check_items",
     "check_list_of",
-    "check_memory",
     "check_message_list",
     "check_optional_bool",
     "check_optional_callable",
@@ -59,7 +54,6 @@ __all__ = [
     "check_time_ms",
     "check_ttl",
     "check_write_id",
-    "is_memory",
     "new_write_id",
     "shown",
 ]
@@ -71,8 +65,6 @@ MAX_TAGS = 64
 #: Largest int argument accepted: the integers a Lua script holds exactly.
 MAX_INT = 2**53 - 1
 _WRITE_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-# Looked up, not imported: see is_memory.
-_CLIENT_MODULE = f"{__name__.rpartition('.')[0]}.client"
 
 
 # -- scalars ------------------------------------------------------------------
@@ -335,22 +327,4 @@ def check_write_id(value: object) -> str:
         raise InvalidInput(
             f"write_id must be 1-128 printable ASCII characters without spaces, got {value!r}"
         )
-    return value
-
-
-def is_memory(value: object) -> TypeGuard[SessionMemory]:
-    """Whether ``value`` is a ``redismem.Memory``.
-
-    The class is looked up among the loaded modules, not imported: a
-    ``Memory`` exists only once ``redismem.client`` is loaded, and importing
-    it here would make a cycle (``Memory.agent_memory()`` imports
-    ``redismem.context.agent_memory``, which checks its argument with this).
-    """
-    client = sys.modules.get(_CLIENT_MODULE)
-    return client is not None and isinstance(value, client.Memory)
-
-
-def check_memory(value: object) -> SessionMemory:
-    if not is_memory(value):
-        raise InvalidInput(f"expected a Memory, got {type(value).__name__}")
     return value

@@ -5,8 +5,8 @@ framework adapters are handed a ``redismem.Memory`` by the user and call its
 session methods. They type it with this protocol instead of importing the
 façade (``redismem.client``), so nothing below the façade depends on it;
 ``Memory`` satisfies it structurally (mypy checks that where the façade
-hands itself over), and ``is_memory`` in ``redismem.checks`` tells one apart
-at run time.
+hands itself over), and ``is_memory``/``check_memory`` tell one apart at
+run time, by what it holds.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
+from redismem.errors import InvalidInput
 from redismem.models import Context, Hit, MemoryEntry, Message, SessionInfo, Summary
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from redismem.longterm.memories import Knowledge
     from redismem.longterm.store import LongTermStore
 
-__all__ = ["SessionMemory", "WriteOutcome"]
+__all__ = ["SessionMemory", "WriteOutcome", "check_memory", "is_memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +145,27 @@ class SessionMemory(Protocol):
     ) -> list[Hit]: ...
 
     async def clear(self, *, session_id: str, user_id: str = "default") -> int: ...
+
+
+#: What a ``Memory`` answers besides its ``backend``.
+_SESSION_CALLS = ("write", "write_entry", "read", "summary", "context", "clear", "entries")
+
+
+def is_memory(value: object) -> TypeGuard[SessionMemory]:
+    """Whether ``value`` is a ``redismem.Memory``: it holds a ``Backend`` (a
+    property of its class) and answers the session calls. The façade's
+    class is never imported here."""
+    from redismem.core.backend import Backend
+
+    if not isinstance(getattr(type(value), "backend", None), property):
+        return False
+    return isinstance(getattr(value, "backend", None), Backend) and all(
+        callable(getattr(value, name, None)) for name in _SESSION_CALLS
+    )
+
+
+def check_memory(value: object) -> SessionMemory:
+    """``value`` when it is a ``Memory``, else ``InvalidInput``."""
+    if not is_memory(value):
+        raise InvalidInput(f"expected a Memory, got {type(value).__name__}")
+    return value

@@ -25,7 +25,6 @@ from redismem.checks import (
     check_int,
     check_items,
     check_list_of,
-    check_memory,
     check_message_list,
     check_optional_bool,
     check_optional_callable,
@@ -36,7 +35,6 @@ from redismem.checks import (
     check_text,
     check_ttl,
     check_write_id,
-    is_memory,
     new_write_id,
 )
 from redismem.client import Memory
@@ -54,6 +52,7 @@ from redismem.context.toolgroups import (
 )
 from redismem.errors import InvalidInput
 from redismem.models import Message, Summary, ToolCall
+from redismem.surface import check_memory, is_memory
 
 SYSTEM_RULES: tuple[SystemRule, ...] = get_args(SystemRule)
 ORPHAN_RULES: tuple[OrphanRule, ...] = get_args(OrphanRule)
@@ -536,9 +535,15 @@ def test_fresh_write_ids_never_repeat_in_a_process_or_across_a_fork() -> None:
     assert {i[:16] for i in child}.isdisjoint({i[:16] for i in ids})
 
 
-def test_is_memory_knows_a_memory_without_importing_the_client() -> None:
-    memory = Memory.__new__(Memory)
-    assert is_memory(memory)
-    assert check_memory(memory) is memory
-    assert not is_memory(object())
-    assert not is_memory(None)
+async def test_is_memory_knows_a_memory_by_what_it_holds() -> None:
+    """``surface`` tells a ``Memory`` apart without importing the façade: a
+    ``Backend`` held as a property, and the session calls."""
+    memory = await Memory.connect("memory://is-memory")
+    try:
+        assert is_memory(memory)
+        assert check_memory(memory) is memory
+        assert not is_memory(memory.backend)
+        assert not is_memory(object())
+        assert not is_memory(None)
+    finally:
+        await memory.aclose()

@@ -19,7 +19,7 @@ import pytest
 from worker_support import eventually, wait_ready, worker_env
 
 from redismem import Memory
-from redismem.core.guard import user_digest
+from redismem.core.keys import user_digest
 from redismem.core.queue import QueueStats, user_jobs
 
 FACTS = [

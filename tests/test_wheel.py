@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.processes  # pip builds the wheel
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,7 +65,7 @@ def test_the_wheel_holds_the_package_data_and_the_workers(wheel: zipfile.ZipFile
     names = set(wheel.namelist())
     assert "redismem/py.typed" in names
     scripts = {Path(n).name for n in names if n.startswith("redismem/lua/")}
-    shipped = {p.name for p in (ROOT / "redismem" / "scripts").glob("*.lua")}
+    shipped = {p.name for p in (ROOT / "redismem" / "lua").glob("*.lua")}
     assert shipped and scripts == shipped
     for module in ("__init__", "settings", "jobs", "health", "run", "inprocess"):
         assert f"redismem/workers/{module}.py" in names

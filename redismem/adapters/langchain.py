@@ -72,9 +72,9 @@ from pydantic import ValidationError
 
 from redismem.adapters import _retention
 from redismem.adapters._sync import aclose_twin, close_twin, run_sync
-from redismem.checks import check_memory
 from redismem.errors import InvalidInput, MissingDependency
 from redismem.models import Message, ToolCall
+from redismem.surface import check_memory
 
 if TYPE_CHECKING:
     from redismem.surface import SessionMemory

@@ -81,11 +81,11 @@ import msgpack
 
 from redismem.adapters._retention import ttl_ms
 from redismem.adapters._sync import aclose_twin, close_twin, run_sync
-from redismem.checks import check_memory
 from redismem.core.connection import scan_once
 from redismem.core.keys import GraphThreadKeys, escape_id, unescape_id
 from redismem.core.scripts import script_source
 from redismem.errors import CorruptData, InvalidInput, MissingDependency
+from redismem.surface import check_memory
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -212,13 +212,13 @@ class RedisMemSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        backend: Backend,
+        memory: SessionMemory,
         *,
         ttl: float | None = None,
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.memory = check_memory(backend)
+        self.memory = check_memory(memory)
         self.ttl = ttl
         self._ttl_ms = ttl_ms(ttl)
         self._layout = self.memory.layout

@@ -122,13 +122,13 @@ from redismem.adapters._sync import aclose_twin, close_twin, run_sync
 from redismem.checks import (
     MAX_INT,
     check_int,
-    check_memory,
     check_plain_json,
     check_text,
     check_ttl,
 )
 from redismem.errors import InvalidInput, MissingDependency
 from redismem.recall.embeddings import Embedder, cosine, quantize
+from redismem.surface import check_memory
 from redismem.values import INT_MAX, INT_MIN
 
 try:

@@ -73,7 +73,6 @@ from redismem.checks import (
     check_bool,
     check_instance,
     check_int,
-    check_memory,
     check_message_list,
     check_optional_callable,
     check_optional_int,
@@ -87,6 +86,7 @@ from redismem.errors import BackendError, InvalidInput, SummarizerError
 from redismem.models import STORE_FIELDS, Message, Summary
 from redismem.summarization.job import summarize_pass
 from redismem.summarization.summarizers import Summarizer
+from redismem.surface import check_memory
 
 if TYPE_CHECKING:
     from redismem.surface import SessionMemory

@@ -18,12 +18,12 @@ from redismem.checks import (
     check_message_list,
     check_optional_int,
     check_optional_str,
-    is_memory,
 )
 from redismem.context.providers import MemoryProvider
 from redismem.context.toolgroups import tool_units
 from redismem.errors import InvalidInput
 from redismem.models import MemoryEntry, Message
+from redismem.surface import is_memory
 
 __all__ = [
     "MERGE_MODES",

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from redismem.checks import (
     check_instance,
     check_int,
-    check_memory,
     check_optional_bool,
     check_optional_int,
     check_optional_str,
@@ -50,6 +49,7 @@ from redismem.errors import BackendError, BackendUnavailable, InvalidInput, Summ
 from redismem.models import MemoryEntry, Message
 from redismem.summarization.job import settle_pending, summarize_pass
 from redismem.summarization.summarizers import Summarizer
+from redismem.surface import check_memory
 
 if TYPE_CHECKING:
     from redismem.surface import SessionMemory

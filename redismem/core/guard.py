@@ -42,7 +42,6 @@ guard is dropped.
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -70,7 +69,6 @@ __all__ = [
     "current_epoch",
     "in_epoch",
     "read_guarded",
-    "user_digest",
 ]
 
 T = TypeVar("T")
@@ -108,13 +106,6 @@ async def read_guarded(
     if current != scope.epoch:
         raise EpochMoved(current)
     return replies
-
-
-def user_digest(namespace: str, user_id: str) -> str:
-    """A short digest naming the user on the queue side (job ids), so that
-    queue keys never carry a user id."""
-    raw = f"{namespace}\0{user_id}".encode()
-    return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
 async def clear_user(backend: Backend, user_id: str) -> int:

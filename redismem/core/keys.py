@@ -126,6 +126,7 @@ is a reserved namespace), and the default queue is ``redismem/queue``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -133,6 +134,7 @@ from functools import lru_cache
 from redismem.errors import InvalidInput
 
 __all__ = [
+    "user_digest",
     "GraphThreadKeys",
     "KeyLayout",
     "RecallKeys",
@@ -632,3 +634,10 @@ _GRAPH_THREAD_KINDS = ("ck", "ix", "ids", "bl", "wr", "wi", "runs")
 def _session_keys(layout: KeyLayout, user_id: str, session_id: str, epoch: int) -> SessionKeys:
     # Cached: every call of the client builds the keys of its session.
     return layout._build_session(user_id, session_id, epoch)
+
+
+def user_digest(namespace: str, user_id: str) -> str:
+    """A short digest naming the user on the queue side (job ids), so that
+    queue keys never carry a user id."""
+    raw = f"{namespace}\0{user_id}".encode()
+    return hashlib.blake2b(raw, digest_size=12).hexdigest()

@@ -30,8 +30,7 @@ from typing import Any
 import msgpack
 
 from redismem.core.connection import RetryPolicy, open_redis, redis_errors
-from redismem.core.guard import user_digest
-from redismem.core.keys import KeyLayout
+from redismem.core.keys import KeyLayout, user_digest
 from redismem.errors import InvalidInput
 
 __all__ = [
