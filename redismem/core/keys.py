@@ -26,9 +26,10 @@ the server's time in ms of the clear). Outside every epoch lies one key::
                                epoch (each deadline given to one covers it)
 
 How each key family of a user is guarded: every script that reads or writes
-it is user-scoped (``scripts.is_user_scoped``: all but the guard's own and
-the LangGraph checkpointer's) and checks the guard first, so nothing reaches
-the keys of a cleared epoch; the plain reads run in one MULTI with the guard;
+it is user-scoped (``scripts.is_user_scoped``: all but those whose header
+says ``-- unguarded``, the guard's own and the LangGraph checkpointer's) and
+checks the guard first, so nothing reaches the keys of a cleared epoch; the
+plain reads run in one MULTI with the guard;
 ``clear_user`` deletes every key of the earlier epochs, whatever its kind,
 by its prefix. A new family gets all three by building its keys here, for an
 epoch, and adding its root key to ``KeyLayout.epoch_roots``. The keys of one
@@ -373,7 +374,7 @@ def parse_store_ref(ref: str) -> tuple[tuple[str, ...], str]:
 @dataclass(frozen=True, slots=True)
 class StoreKeys:
     """The store keys of one tenant, in the order the store scripts take them
-    (see ``lua/store_common.lua``)."""
+    (see ``lua/_store.lua``)."""
 
     refs: str
     updated: str

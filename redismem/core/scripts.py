@@ -1,10 +1,15 @@
 """The session scripts, and their one owner: ``SessionScripts``.
 
-Each Lua file in ``redismem/lua/`` opens with its ``KEYS[]``/``ARGV[]`` contract.
-Scripts that work on a session are prefixed with ``_common.lua``. They are
-registered with ``register_script`` so a server that lost its script cache
-(restart, failover, ``SCRIPT FLUSH``) gets them reloaded on ``NOSCRIPT``
-transparently.
+Each Lua file in ``redismem/lua/`` opens with its ``KEYS[]``/``ARGV[]`` contract
+and names the shared files it needs (``-- include: _common``; files whose name
+starts with ``_`` are included, the others are scripts). The registry here
+(``script_source``) puts each script together: the guard prelude first for
+every user-scoped script (after the clock it includes: a definition, so the
+guard's check is still the first command the script runs), then its
+includes, each once, each after what it includes in turn, then the script.
+Scripts are registered with ``register_script`` so a server that lost its
+script cache (restart, failover, ``SCRIPT FLUSH``) gets them reloaded on
+``NOSCRIPT`` transparently.
 
 ``SessionScripts`` has one method per script, taking typed arguments and
 returning a named result; every call goes through the client's
@@ -20,6 +25,7 @@ provide: no ``cmsgpack``, ``struct`` or ``bit``.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +50,9 @@ __all__ = [
     "SessionScripts",
     "SnapshotResult",
     "WriteResult",
+    "includes",
+    "is_user_scoped",
+    "script_names",
     "script_source",
 ]
 
@@ -61,40 +70,100 @@ class Scoped(Protocol):
     def epoch(self) -> int: ...
 
 
-_WITH_COMMON = (
+#: The scripts ``SessionScripts`` runs (the long-term store and the LangGraph
+#: checkpointer run their own: ``store_*``, ``lg_*``).
+_SESSION_SCRIPTS = (
     "write",
     "read",
     "touch",
     "snapshot",
     "clear",
+    "sessions",
     "prepare",
     "commit",
+    "settle",
     "index_read",
+    "index_commit",
     "extract_read",
+    "extract_commit",
+    "extract_clear",
+    "recall_forget",
+    "recall_search",
+    "guard_bump",
+    "guard_settle",
 )
-_PLAIN = ("sessions", "settle", "extract_commit", "extract_clear")
-#: Scripts prefixed with ``_recall.lua`` (the recall index helpers).
-_WITH_RECALL = ("index_commit", "recall_forget", "recall_search")
-#: Scripts prefixed with both (``_common.lua`` first).
-_WITH_BOTH = ("index_commit",)
-#: The long-term store's scripts (``store_*``) are prefixed with ``store_common.lua``.
-_STORE_PREFIX = "store_"
-#: The LangGraph checkpointer's scripts (``lg_*``) are prefixed with ``_langgraph.lua``.
-_LANGGRAPH_PREFIX = "lg_"
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
 
+#: The user guard's prelude (``_guard.lua``): the registry puts it first in
+#: every user-scoped script, so no script can forget it; no header names it.
+GUARD_PRELUDE = "_guard"
+#: A line of a Lua file's header: ``-- include: _common _recall`` (the shared
+#: files it needs, by name) or ``-- unguarded: <why>`` (a script that works on
+#: no user's keys, or owns the guard: it gets no guard prelude).
+_DECLARATION = re.compile(r"--\s*(include|unguarded):(.*)")
 
-#: Scripts that work on no user's keys, or that own the guard itself: not
-#: prefixed with ``_guard.lua``. Every other script is user-scoped.
-_UNGUARDED = ("guard_bump", "guard_settle")
+
+class ScriptSourceError(ValueError):
+    """A Lua file that is missing, or whose header is wrong (an unknown
+    include, one named twice, a cycle, the guard named): a defect of the
+    package, raised when the script is loaded."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """What the header of a Lua file declares."""
+
+    includes: tuple[str, ...]
+    #: Why the script takes no guard prelude; None: it is user-scoped.
+    unguarded: str | None
+
+
+@cache
+def _lua(name: str) -> str:
+    """The text of ``redismem/lua/<name>.lua``."""
+    path = files("redismem") / "lua" / f"{name}.lua"
+    if not path.is_file():
+        raise ScriptSourceError(f"no Lua file {name}.lua in redismem/lua")
+    return path.read_text(encoding="utf-8")
+
+
+@cache
+def _declared(name: str) -> _Declared:
+    """The declarations in the header (the leading comment lines) of Lua
+    file ``name``."""
+    includes: list[str] = []
+    unguarded: str | None = None
+    for line in _lua(name).splitlines():
+        if not line.startswith("--"):
+            break
+        found = _DECLARATION.fullmatch(line.strip())
+        if found is None:
+            continue
+        kind, value = found[1], found[2].strip()
+        if kind == "unguarded":
+            if name.startswith("_") or not value:
+                raise ScriptSourceError(f"{name}.lua: only a script says why it is unguarded")
+            unguarded = value
+            continue
+        for include in value.split():
+            if not include.startswith("_"):
+                raise ScriptSourceError(f"{name}.lua includes {include}: a script, not an include")
+            if include == GUARD_PRELUDE:
+                raise ScriptSourceError(f"{name}.lua names {include}: the registry adds it")
+            if include in includes:
+                raise ScriptSourceError(f"{name}.lua includes {include} twice")
+            _lua(include)
+            includes.append(include)
+    return _Declared(tuple(includes), unguarded)
 
 
 def is_user_scoped(name: str) -> bool:
-    """Whether script ``name`` works on a user's keys: it is then prefixed
-    with ``_guard.lua`` and takes the guard and the epoch first (see
-    ``redismem.core.guard``)."""
-    return name not in _UNGUARDED and not name.startswith(_LANGGRAPH_PREFIX)
+    """Whether script ``name`` works on a user's keys: then its source opens
+    with the guard prelude and it takes the guard and the epoch first (see
+    ``redismem.core.guard``). Every script is, unless its header says
+    ``-- unguarded: <why>``."""
+    return _declared(name).unguarded is None
 
 
 def guarded(scope: Scoped, keys: Sequence[Any], args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -104,24 +173,42 @@ def guarded(scope: Scoped, keys: Sequence[Any], args: Sequence[Any]) -> tuple[li
 
 
 @cache
-def script_source(name: str) -> str:
-    """The source of script ``name``: its file after the preludes it uses
-    (the guard first, for every user-scoped script)."""
-    folder = files("redismem") / "lua"
-    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    preludes = []
+def includes(name: str) -> tuple[str, ...]:
+    """The shared files script ``name`` is made of, in order: the guard
+    prelude first for a user-scoped script, then what its header includes;
+    each after the files it includes in turn, each once."""
+    order: list[str] = []
+
+    def visit(include: str, path: tuple[str, ...]) -> None:
+        if include in path:
+            raise ScriptSourceError(f"includes form a cycle: {' -> '.join((*path, include))}")
+        if include in order:
+            return
+        for inner in _declared(include).includes:
+            visit(inner, (*path, include))
+        order.append(include)
+
+    if name.startswith("_"):
+        raise ScriptSourceError(f"{name} is an include, not a script")
     if is_user_scoped(name):
-        preludes.append("_guard")
-    if name in _WITH_COMMON or name in _WITH_BOTH:
-        preludes.append("_common")
-    if name in _WITH_RECALL:
-        preludes.append("_recall")
-    if name.startswith(_STORE_PREFIX):
-        preludes.append("store_common")
-    if name.startswith(_LANGGRAPH_PREFIX):
-        preludes.append("_langgraph")
-    texts = [(folder / f"{prelude}.lua").read_text(encoding="utf-8") for prelude in preludes]
-    return "\n".join([*texts, body])
+        visit(GUARD_PRELUDE, (name,))
+    for include in _declared(name).includes:
+        visit(include, (name,))
+    return tuple(order)
+
+
+@cache
+def script_source(name: str) -> str:
+    """The source of script ``name``: its includes (``includes``), then its
+    own file."""
+    return "\n".join([*(_lua(include) for include in includes(name)), _lua(name)])
+
+
+def script_names() -> list[str]:
+    """Every script in ``redismem/lua/`` (files not starting with ``_``)."""
+    folder = files("redismem") / "lua"
+    names = [entry.name for entry in folder.iterdir()]
+    return sorted(n[: -len(".lua")] for n in names if n.endswith(".lua") and not n.startswith("_"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +361,7 @@ class SessionScripts:
         #: the read script (the cluster links run MULTI on the slot's master).
         self._multi = link is not None or not is_cluster(redis)
         self._scripts = {
-            name: redis.register_script(script_source(name))
-            for name in _WITH_COMMON + _PLAIN + _WITH_RECALL + _UNGUARDED
+            name: redis.register_script(script_source(name)) for name in _SESSION_SCRIPTS
         }
         self._full_logged_at = 0.0
 

@@ -1,18 +1,16 @@
--- Shared helpers, prepended to every script that needs them (see scripts.py).
+-- The session scripts' shared helpers (scripts that work on one session
+-- include this file).
+-- include: _time
 -- Session scripts take the same KEYS:
 --   KEYS[1] msgs  KEYS[2] meta  KEYS[3] entries  KEYS[4] tags  KEYS[5] summary
 --   KEYS[6] writes (write id -> result, for idempotent re-sends)
 --   KEYS[7] sessions (user index)  KEYS[8] tagidx (user tag index)
 --   KEYS[9] pending (user's sessions waiting for summarization)
+-- ARGV: each script's own (these helpers take what they need as parameters).
 -- Errors a script raises on purpose start with a code the client maps:
 --   REDISMEM_CORRUPT <key> <reason>   the session's keys disagree (evicted apart)
 
 local SESSION_KEYS = 6
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- Length-prefixed string: unambiguous concatenation for tag index members.
 local function lp(s)

@@ -1,7 +1,10 @@
--- The user guard (redismem.core.guard), prepended first to every user-scoped
--- script: the caller sends the user's guard as an extra first key and the
--- epoch it built its keys for as an extra first argument. Both are taken
--- off here, so KEYS[] and ARGV[] are numbered as in the script's own header.
+-- The user guard (redismem.core.guard). The registry (redismem.core.scripts)
+-- puts it first in every user-scoped script, after the clock it includes;
+-- no script names it. Its check is the first command such a script runs.
+-- include: _time
+-- The caller sends the user's guard as an extra first key and the epoch it
+-- built its keys for as an extra first argument. Both are taken off here,
+-- so KEYS[] and ARGV[] are numbered as in the script's own header.
 --   KEYS[1]  the user's guard (HASH: e = the user's epoch; absent = 0)
 --   ARGV[1]  the epoch the other keys were built for
 -- When the user was cleared since (the guard holds another epoch) the
@@ -25,8 +28,6 @@ local function cover_guard(deadline)
   end
   local left = redis.call('PTTL', GUARD)
   if left >= 0 then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    if now + left < deadline then redis.call('PEXPIREAT', GUARD, deadline) end
+    if now_ms() + left < deadline then redis.call('PEXPIREAT', GUARD, deadline) end
   end
 end

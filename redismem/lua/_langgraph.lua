@@ -1,8 +1,9 @@
 -- Shared helpers of the LangGraph checkpointer's scripts (lg_*.lua),
--- prepended to each of them (see redismem.adapters.langgraph and the thread
+-- included by each of them (see redismem.adapters.langgraph and the thread
 -- keys in redismem.core.keys: GraphThreadKeys).
 -- KEYS[1] ck  KEYS[2] ix  KEYS[3] ids  KEYS[4] bl  KEYS[5] wr  KEYS[6] wi
 -- KEYS[7] runs: the keys of one thread (see redismem.adapters.langgraph).
+-- ARGV: each script's own.
 local function refresh(ttl)
   if ttl > 0 then
     for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ttl) end

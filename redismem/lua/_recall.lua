@@ -1,8 +1,9 @@
--- Recall index helpers, prepended to the recall scripts (see scripts.py).
+-- Recall index helpers, included by the recall scripts.
 -- The recall keys of the user are always the last six KEYS, in this order
 -- (keys.RECALL_KEY_KINDS): docs, links, dkeys, stats, time, exp. Posting and
 -- filter keys are `prefix .. suffix` (keys.py builds the suffixes); they
 -- carry the user's hash tag, so every key lies in the user's slot.
+-- ARGV: none (the scripts hand the key prefix to each helper).
 -- docs values are "created_ms,deadline_ms,role|name terms|payload"
 -- (deadline "" = kept forever); links "prev|speaker name terms" (prev: the
 -- session's doc before it, "" for none); dkeys the suffixes of the

@@ -2,6 +2,7 @@
 -- indexes; and set aside the list of its docs in the recall index, so that
 -- they are forgotten (recall_forget.lua) and never mixed up with the docs of
 -- a session written again under the same id. Idempotent.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- KEYS[10]    the session's filter key in the recall index (its docs)
 -- KEYS[11]    a fresh key to move that list to (a grave; unique per call)

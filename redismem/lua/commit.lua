@@ -4,6 +4,7 @@
 -- changes. A session cleared or expired (and maybe written again) since the
 -- job read it is another incarnation: the job's summary never reaches it.
 -- Idempotent: a re-send finds the watermark moved and changes nothing.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     expected watermark (the one the job read)
 -- ARGV[2]     new watermark: seq of the last summarized message

@@ -3,6 +3,7 @@
 -- outbox `xbox` of a pass that committed but may not have applied its
 -- memories. Starts the watermark at 0 on a session's first pass, so that
 -- from then on summarization never compacts a message not yet extracted.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     cap: most messages returned
 -- Returns {seq, gen, xwm, first_seq, {messages oldest first}, {entry records

@@ -4,6 +4,8 @@
 -- clear_user then deletes. Not itself guarded. Idempotent per clear: a
 -- re-send (redis-py after a reset connection) must not start yet another
 -- epoch, which would strand writes made meanwhile in the first one.
+-- unguarded: it owns the guard
+-- include: _time
 -- KEYS[1]  the user's guard
 -- ARGV[1]  how long the guard lives at least, in ms (longer than any job
 --          that may still hold an older epoch)
@@ -11,8 +13,7 @@
 -- Returns the new epoch: the server's time in ms, above every earlier one.
 local state = redis.call('HMGET', KEYS[1], 'e', 'op')
 if state[2] == ARGV[2] then return state[1] end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local epoch = math.max(now, tonumber(state[1] or '0') + 1)
 redis.call('HSET', KEYS[1], 'e', string.format('%d', epoch), 'at', string.format('%d', now),
   'op', ARGV[2])

@@ -5,6 +5,7 @@
 -- script built for the epoch either ran before (then a root key exists and
 -- the guard stays) or runs after (then it fails and builds its keys again,
 -- for epoch 0). Not itself guarded. Idempotent.
+-- unguarded: it owns the guard
 -- KEYS[1]      the user's guard
 -- KEYS[2..]    the root keys of the epoch (keys.KeyLayout.epoch_roots)
 -- ARGV[1]      the epoch whose earlier epochs were deleted

@@ -3,6 +3,7 @@
 -- previous doc and speaker, and the advanced watermark, with compare-and-set on the
 -- session's incarnation and watermark. A re-sent or duplicate pass finds the
 -- watermark moved and changes nothing, so each message is indexed once.
+-- include: _common _recall
 -- KEYS[1..9]    session keys (see _common.lua)
 -- KEYS[10..15]  the user's recall keys (see _recall.lua)
 -- ARGV[1]  the incarnation (gen) the pass read   ARGV[2]  the watermark it read

@@ -1,6 +1,7 @@
 -- Read what an indexing pass needs: the session's messages after its index
 -- watermark `iwm`, the entry records covering them, and the messages just
 -- before them (context for the ranking).
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     cap: most messages returned
 -- ARGV[2]     context: how many earlier messages to return too

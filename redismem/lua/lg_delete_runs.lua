@@ -1,7 +1,10 @@
 -- Delete the checkpoints of some runs (and their writes and unreferenced
--- channel values). ARGV[1..] escaped run ids.
--- Returns the runs the thread no longer holds.
+-- channel values).
+-- unguarded: a thread's keys belong to no user
+-- include: _langgraph
 -- KEYS[1..7] the thread's keys: ck ix ids bl wr wi runs (see _langgraph.lua)
+-- ARGV[1..]  escaped run ids
+-- Returns the runs the thread no longer holds.
 local gone = {}
 for i = 1, #ARGV do
   local run = ARGV[i]

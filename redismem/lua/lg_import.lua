@@ -1,7 +1,12 @@
--- Copy records into a thread (copy_thread). ARGV[1] ttl ms (0: none)
--- ARGV[2] 'b': blob field, value pairs follow; 'w': write field, value
--- pairs; 'c': C, ck, ix triples
+-- Copy records into a thread (copy_thread).
+-- unguarded: a thread's keys belong to no user
+-- include: _langgraph
 -- KEYS[1..7] the thread's keys: ck ix ids bl wr wi runs (see _langgraph.lua)
+-- ARGV[1]    ttl ms (0: none)
+-- ARGV[2]    'b': blob field, value pairs follow; 'w': write field, value
+--            pairs; 'c': C, ck, ix triples
+-- ARGV[3..]  the records, as ARGV[2] says
+-- Returns 1.
 local kind = ARGV[2]
 if kind == 'b' then
   for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end

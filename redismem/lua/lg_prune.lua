@@ -1,6 +1,10 @@
 -- Keep only the latest checkpoint of each namespace (with its writes and
--- channel values). Returns the runs the thread no longer holds.
+-- channel values).
+-- unguarded: a thread's keys belong to no user
+-- include: _langgraph
 -- KEYS[1..7] the thread's keys: ck ix ids bl wr wi runs (see _langgraph.lua)
+-- ARGV: none
+-- Returns the runs the thread no longer holds.
 local all = redis.call('ZRANGEBYLEX', KEYS[3], '-', '+')
 local gone = {}
 for i = 1, #all - 1 do

@@ -1,8 +1,11 @@
 -- Store one checkpoint.
--- ARGV[1] ttl ms (0: none)   ARGV[2] C   ARGV[3] the checkpoint (ck)
--- ARGV[4] its ix text "<run>|<refs>"
--- ARGV[5..] channel values: blob field, value pairs
+-- unguarded: a thread's keys belong to no user
+-- include: _langgraph
 -- KEYS[1..7] the thread's keys: ck ix ids bl wr wi runs (see _langgraph.lua)
+-- ARGV[1]    ttl ms (0: none)   ARGV[2] C   ARGV[3] the checkpoint (ck)
+-- ARGV[4]    its ix text "<run>|<refs>"
+-- ARGV[5..]  channel values: blob field, value pairs
+-- Returns 1.
 local c = ARGV[2]
 for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
 local old = redis.call('HGET', KEYS[2], c)

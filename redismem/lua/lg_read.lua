@@ -1,8 +1,11 @@
--- Read checkpoints whole: each as {C, ck, ix, {blob values}, {write values}}
--- (a missing one as {C}).
--- ARGV[1] '1': the latest checkpoint of namespace ARGV[2] (escaped)
---         '0': the checkpoints C = ARGV[2..]
+-- Read checkpoints whole.
+-- unguarded: a thread's keys belong to no user
+-- include: _langgraph
 -- KEYS[1..7] the thread's keys: ck ix ids bl wr wi runs (see _langgraph.lua)
+-- ARGV[1]    '1': the latest checkpoint of namespace ARGV[2] (escaped)
+--            '0': the checkpoints C = ARGV[2..]
+-- Returns each as {C, ck, ix, {blob values}, {write values}} (a missing one
+-- as {C}).
 local cs = {}
 if ARGV[1] == '1' then
   local ns = ARGV[2] .. '/'

@@ -1,6 +1,7 @@
 -- Load what a summarization job needs: the previous summary, the watermark,
 -- the session's incarnation, and the backlog of messages after the watermark
 -- and before the recent window.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     keep_recent: messages of the recent window, never summarized
 -- ARGV[2]     max messages to return (the job's batch cap)

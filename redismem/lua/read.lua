@@ -1,4 +1,5 @@
 -- Read the most recent messages of a session, newest limits first.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     limit: most recent N messages (-1 = all)
 -- ARGV[2]     max_tokens: most recent messages whose token counts fit (-1 = no budget)

@@ -1,5 +1,6 @@
 -- Forget a batch of docs listed in one filter key (e.g. the grave of a
 -- cleared session, see clear.lua), and the docs whose recall ttl has passed.
+-- include: _time _recall
 -- KEYS[1]     the user's set of graves (a grave emptied here leaves it)
 -- KEYS[2..7]  the user's recall keys (see _recall.lua)
 -- ARGV[1]     prefix of posting and filter keys
@@ -7,8 +8,7 @@
 -- ARGV[3]     most docs to forget in this call
 -- Returns the number of docs still listed in that filter key.
 local prefix, suffix, max = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local t = redis.call('TIME')
-forget_expired(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), prefix, max)
+forget_expired(now_ms(), prefix, max)
 if suffix == '' then return 0 end
 local ids = redis.call('ZRANGE', prefix .. suffix, 0, max - 1)
 for i = 1, #ids do

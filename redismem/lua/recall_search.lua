@@ -2,6 +2,7 @@
 -- whose `rank` this mirrors), or with no query terms the newest docs; both
 -- filtered. Read-only. Bounded: at most ARGV postings per query term, and a
 -- walk of at most MAX_WALK candidates through the filters.
+-- include: _recall
 -- KEYS[1..6]  the user's recall keys (see _recall.lua)
 -- ARGV[1]  prefix of posting and filter keys   ARGV[2]  now (ms)
 -- ARGV[3]  limit   ARGV[4]  min score ("" = none)

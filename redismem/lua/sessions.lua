@@ -1,11 +1,10 @@
 -- List a user's live sessions, optionally only those tagged with every pair.
+-- include: _time
 -- KEYS[1]  sessions (user index)   KEYS[2]  tagidx (user tag index)
 -- ARGV[1..] forward prefixes "f<lp(key)><lp(value)>", one per required pair
 -- Returns a flat list {session_id, deadline, ...} of sessions whose deadline
 -- has not passed, ordered by deadline.
-local now_t = redis.call('TIME')
-local now = tonumber(now_t[1]) * 1000 + math.floor(tonumber(now_t[2]) / 1000)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms(), '+inf', 'WITHSCORES')
 if #ARGV == 0 then return live end
 local wanted = nil
 for a = 1, #ARGV do

@@ -1,4 +1,5 @@
 -- A consistent snapshot of a whole session: meta, entry records and messages.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     ttl in ms to slide (0 = never expire, -1 = do not refresh)
 -- ARGV[2]     session id (unescaped)

@@ -1,9 +1,10 @@
 -- Delete one item of the long-term store, atomically: its current version
 -- goes into the history followed by a tombstone; it leaves the indexes.
 -- Idempotent per write id. Deleting a missing item records nothing.
--- KEYS[1..9]   the tenant's store keys (see store_common.lua)
+-- include: _store
+-- KEYS[1..9]   the tenant's store keys (see _store.lua)
 -- KEYS[10]     the item's key   KEYS[11] its history
--- ARGV[1..3]   key prefixes (see store_common.lua)
+-- ARGV[1..3]   key prefixes (see _store.lua)
 -- ARGV[4]      the item ref
 -- ARGV[5]      write id
 -- ARGV[6]      the tombstone's payload (msgpack)
@@ -13,12 +14,12 @@ local ref, op = ARGV[4], ARGV[5]
 local seen = redis.call('HGET', KEYS[8], op)
 if seen then return tonumber(seen) end
 
-prune(real_now(), PRUNE_BATCH)
+prune(now_ms(), PRUNE_BATCH)
 settle(ref)
 local old = redis.call('GET', KEYS[10])
 if not old then
   drop_if_empty()
-  remember_op(op, '0', real_now())
+  remember_op(op, '0', now_ms())
   return 0
 end
 

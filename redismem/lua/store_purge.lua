@@ -1,8 +1,9 @@
 -- Remove for good a batch of the items under a namespace prefix: current
 -- versions, histories and index entries (a data-deletion request). Run
 -- until it reports no more; each batch is atomic, re-running one is harmless.
--- KEYS[1..9]   the tenant's store keys (see store_common.lua)
--- ARGV[1..3]   key prefixes (see store_common.lua)
+-- include: _store
+-- KEYS[1..9]   the tenant's store keys (see _store.lua)
+-- ARGV[1..3]   key prefixes (see _store.lua)
 -- ARGV[4]      namespace ref prefix (ends with '/'), or an item ref
 -- ARGV[5]      most items removed in this call
 -- ARGV[6]      "1": remove only the item whose ref is ARGV[4]

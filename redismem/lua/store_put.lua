@@ -2,14 +2,15 @@
 -- one into the history, the keyword index, the namespace count and the TTL.
 -- Idempotent per write id: a re-send changes nothing and returns the result
 -- of the first application.
--- KEYS[1..9]   the tenant's store keys (see store_common.lua)
+-- include: _store
+-- KEYS[1..9]   the tenant's store keys (see _store.lua)
 -- KEYS[10]     the item's key   KEYS[11] its history
 -- KEYS[12]     guard: a hash of the tenant whose field `gen` must equal
 --              ARGV[10] (any key when ARGV[10] is "")
 -- KEYS[13]     another item of the tenant that must be at version ARGV[11]
 --              (any key when ARGV[11] is "")
 -- KEYS[14..]   the postings of the item's terms, in the order of ARGV[12..]
--- ARGV[1..3]   key prefixes (see store_common.lua)
+-- ARGV[1..3]   key prefixes (see _store.lua)
 -- ARGV[4]      the item ref
 -- ARGV[5]      write id
 -- ARGV[6]      ttl in ms (0 = never expires)
@@ -43,7 +44,7 @@ if ARGV[11] ~= '' then
   if at ~= tonumber(ARGV[11]) then return {-3, at, 0, 0} end
 end
 
-prune(real_now(), PRUNE_BATCH)  -- first: it drops the clock of an emptied tenant
+prune(now_ms(), PRUNE_BATCH)  -- first: it drops the clock of an emptied tenant
 settle(ref)
 local old = redis.call('GET', KEYS[10])
 if ARGV[9] ~= '' then

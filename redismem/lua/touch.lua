@@ -1,6 +1,7 @@
 -- The side effects and checks of a read whose messages the caller fetches in
 -- the same MULTI (so they never pass through Lua): check that the session's
 -- keys agree, and slide its TTL.
+-- include: _common
 -- KEYS[1..9]  session keys (see _common.lua)
 -- ARGV[1]     ttl in ms to slide (0 = never expire, -1 = do not refresh)
 -- ARGV[2]     session id (unescaped)

@@ -3,6 +3,7 @@
 -- per write id: a re-send of the same write (redis-py after a timeout or a
 -- reset connection, or a caller retrying a failed write) changes nothing and
 -- returns the first result.
+-- include: _common
 -- KEYS[1..9]   session keys (see _common.lua)
 -- ARGV[1]      ttl in ms (0 = never expire)
 -- ARGV[2]      max_messages (0 = unbounded)

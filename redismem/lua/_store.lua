@@ -1,5 +1,7 @@
--- Shared helpers of the long-term store scripts, prepended to each of them
--- (see store.py). Every store script works on the keys of one tenant:
+-- Shared helpers of the long-term store scripts (store_*.lua), included by
+-- each of them (see redismem.longterm.store).
+-- include: _time
+-- Every store script works on the keys of one tenant:
 --   KEYS[1] refs        ZSET (lex) every item ref with an item or a history
 --   KEYS[2] updated     ZSET live item ref -> updated ms
 --   KEYS[3] expiry      ZSET item ref -> deadline ms of its keys (put with a ttl)
@@ -25,15 +27,10 @@ local PRUNE_BATCH = 32
 -- How long a write id is remembered (re-sends come within seconds).
 local OP_WINDOW_MS = 3600000
 
-local function real_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- The tenant's clock: server time, but strictly increasing, so the newest
 -- update of a tenant always sorts first.
 local function clock()
-  local now = real_now()
+  local now = now_ms()
   local last = tonumber(redis.call('HGET', KEYS[7], 'clock') or '0')
   if now <= last then now = last + 1 end
   redis.call('HSET', KEYS[7], 'clock', now)
