@@ -11,6 +11,10 @@ The behaviour suite runs every test twice through ``backend_url``:
 Async fixtures here run on the test's own event loop (``loop_scope="function"``)
 because redis-py connections are bound to the loop that opened them.
 
+Under pytest-xdist (``scripts/test`` runs two processes) each process is a
+session of its own: its own ``redis-server``, cluster, Sentinel group and
+Valkey, so the tests of one server still run one at a time.
+
 No test leaves keys behind: ``_no_keys_left`` (autouse) compares the keys of
 the session's server before and after each test (fixtures torn down) and
 fails the test's teardown, naming every key it left (its namespace's, the
@@ -263,8 +267,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _no_keys_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test (at teardown) if it leaves any key on the session's
     ``redis-server``: keys there after every fixture of the test is torn
-    down that were not there before it started. Tests run one at a time,
-    so every new key is the test's own. The keys are deleted either way; a
+    down that were not there before it started. The tests of a session
+    (of each pytest-xdist process) run one at a time, so every new key is
+    the test's own. The keys are deleted either way; a
     test that failed is not blamed again for what it left.
 
     On a server named by ``$REDISMEM_TEST_URL`` (possibly shared with
