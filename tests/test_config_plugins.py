@@ -72,12 +72,14 @@ def _plugin(module: str) -> bool:
     return any(module == m or module.startswith(m + ".") for m in PLUGIN_MODULES)
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_importing_the_config_imports_no_plugin() -> None:
     loaded = _run("import redismem.config\nprint(*sorted(loaded()))")
     assert "redismem.config" in loaded
     assert [m for m in loaded if _plugin(m)] == []
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_a_plugin_module_is_imported_when_its_name_is_resolved() -> None:
     code = """
 import redismem.config

@@ -42,6 +42,7 @@ def _python(code: str, **env: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.processes  # a fresh interpreter
 def test_importing_the_workers_changes_nothing_in_arq() -> None:
     code = """
 import arq.cli, arq.worker
