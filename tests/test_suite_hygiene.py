@@ -1,5 +1,5 @@
 """The suite's own rules: a test looks at its own keys only (the server is
-shared), and leaves none behind."""
+shared), leaves none behind, and is in the tier its fixtures say."""
 
 from __future__ import annotations
 
@@ -121,3 +121,24 @@ def test_a_tests_jobs_in_the_default_queue_behind_sentinel_go_with_its_keys(
             assert client.exists(f"{namespace}:{{u:a}}:s:s:msgs") == 0
         finally:
             client.delete(queue)
+
+
+def _tiers(node: pytest.Item) -> set[str]:
+    return {mark.name for mark in node.iter_markers() if mark.name in TIERS}
+
+
+def test_a_test_that_needs_no_server_is_in_the_unit_tier(request: pytest.FixtureRequest) -> None:
+    assert _tiers(request.node) == {"unit"}
+
+
+def test_a_backend_test_is_in_its_backends_tier(
+    backend_url: str, request: pytest.FixtureRequest
+) -> None:
+    backend = request.node.callspec.params["backend_url"]
+    assert _tiers(request.node) == {"embedded" if backend == "embedded" else "redis"}
+
+
+def test_a_test_with_worker_processes_is_in_the_processes_tier(
+    workers: object, redis_url: str, request: pytest.FixtureRequest
+) -> None:
+    assert _tiers(request.node) == {"processes", "redis"}
