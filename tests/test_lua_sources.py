@@ -1,7 +1,7 @@
 """The Lua sources and their registry (``redismem.core.scripts``): includes
 declared in each file's header and resolved by name, the user guard first
-in every user-scoped script, one clock, and a ``KEYS[]``/``ARGV[]`` header
-that matches what each file uses.
+in every user-scoped script, one clock, session meta read by name, and a
+``KEYS[]``/``ARGV[]`` header that matches what each file uses.
 
 These read the files only (and run scripts on the embedded backend's Lua):
 no server needed."""
@@ -18,6 +18,7 @@ import pytest
 import redis.exceptions as rexc
 
 from redismem.core import scripts
+from redismem.core.keys import SESSION_META_FIELDS
 from redismem.core.scripts import (
     GUARD_PRELUDE,
     ScriptSourceError,
@@ -59,7 +60,9 @@ def code(name: str) -> str:
 def test_the_folder_holds_scripts_and_includes() -> None:
     assert [n for n in ALL_FILES if not n.startswith("_")] == SCRIPTS
     assert {"write", "read", "guard_bump", "store_put", "lg_put"} <= set(SCRIPTS)
-    assert {"_guard", "_time", "_common", "_recall", "_store", "_langgraph"} == set(INCLUDES)
+    assert {"_guard", "_time", "_meta", "_common", "_recall", "_store", "_langgraph"} == set(
+        INCLUDES
+    )
 
 
 # -- includes ---------------------------------------------------------------
@@ -85,10 +88,10 @@ def test_every_include_is_used_by_some_script() -> None:
 
 def test_an_include_a_script_uses_is_declared_by_name() -> None:
     """The helpers a script calls come from the includes its header names
-    (or that those include): write needs _common, which needs _time."""
+    (or that those include): write needs _common, which needs _meta and _time."""
     assert scripts._declared("write").includes == ("_common",)
-    assert includes("write") == ("_time", "_guard", "_common")
-    assert includes("index_commit") == ("_time", "_guard", "_common", "_recall")
+    assert includes("write") == ("_time", "_guard", "_meta", "_common")
+    assert includes("index_commit") == ("_time", "_guard", "_meta", "_common", "_recall")
     assert includes("guard_settle") == ()
 
 
@@ -260,6 +263,108 @@ def test_a_file_that_asks_the_time_includes_the_clock(name: str) -> None:
         assert "_time" in scripts._declared(name).includes
     else:
         assert "_time" in includes(name)
+
+
+# -- session meta, by name --------------------------------------------------------
+
+
+def meta_key(name: str) -> str | None:
+    """The KEYS entry that is the session's meta in file ``name`` (or in the
+    includes a script uses), as its header says; None when it has none."""
+    sources = [name] if name.startswith("_") else [name, *reversed(includes(name))]
+    for source in sources:
+        for line in header(source):
+            found = re.search(r"KEYS\[(\d+)\]\s+(?:the session's )?meta\b", line)
+            if found:
+                return f"KEYS[{found[1]}]"
+    return None
+
+
+def call_arguments(source: str, command: str) -> Iterator[list[str]]:
+    """The arguments of every ``redis.call('<command>', ...)`` in ``source``,
+    split at its top-level commas."""
+    for found in re.finditer(r"redis\.call\('" + command + r"',", source):
+        depth, part, parts = 0, "", []
+        for char in source[found.end() :]:
+            if char == "," and depth == 0:
+                parts.append(part.strip())
+                part = ""
+                continue
+            if char == ")" and depth == 0:
+                break
+            depth += {"(": 1, ")": -1, "{": 1, "}": -1}.get(char, 0)
+            part += char
+        yield [*parts, part.strip()]
+
+
+def meta_fields_named(source: str, key: str) -> set[str]:
+    """Field names in the hash commands ``source`` runs on ``key``."""
+    names: set[str] = set()
+    for command in ("HGET", "HMGET", "HDEL", "HEXISTS", "HSET", "HSETNX", "HINCRBY"):
+        for args in call_arguments(source, command):
+            if args[0] != key:
+                continue
+            fields = args[1::2] if command in ("HSET", "HSETNX", "HINCRBY") else args[1:]
+            names |= {f.strip("'") for f in fields if re.fullmatch(r"'\w+'", f)}
+    return names
+
+
+@pytest.mark.parametrize("name", ALL_FILES)
+def test_no_meta_field_is_read_by_position(name: str) -> None:
+    source = code(name)
+    assert not re.search(r"\bmeta\[\d+\]", source)
+    key = meta_key(name)
+    if key is not None:
+        assert not re.search(r"'HMGET', " + re.escape(key), source), "read it with load_meta"
+        assert not re.search(r"load_meta\((?!" + re.escape(key) + r")", source)
+
+
+@pytest.mark.parametrize("name", ALL_FILES)
+def test_every_meta_field_a_script_names_is_listed(name: str) -> None:
+    source = code(name)
+    named = set(re.findall(r"\bmeta\.(\w+)", source))
+    for extra in re.findall(r"load_meta\(KEYS\[\d+\]((?:, '\w+')*)\)", source):
+        named |= set(re.findall(r"'(\w+)'", extra))
+    key = meta_key(name)
+    if key is not None:
+        named |= meta_fields_named(source, key)
+    assert named <= set(SESSION_META_FIELDS)
+
+
+def test_load_meta_reads_listed_fields_by_name() -> None:
+    source = code("_meta")
+    [call] = re.findall(r"redis\.call\('HMGET', key,([^)]*)\.\.\.\)", source)
+    always = re.findall(r"'(\w+)'", call)
+    assert len(always) == 8 and set(always) <= set(SESSION_META_FIELDS)
+    for i, field in enumerate(always, 1):
+        assert re.search(rf"\b{field} = [^,]*\bv\[{i}\]", source)
+
+
+def test_the_meta_checks_see_the_fields_scripts_use() -> None:
+    assert meta_key("_common") == "KEYS[2]"
+    assert meta_key("write") == "KEYS[2]" and meta_key("settle") == "KEYS[1]"
+    assert {"seq", "tokens", "writes", "accessed", "created", "gen"} <= meta_fields_named(
+        code("write"), "KEYS[2]"
+    )
+    assert {"gen", "xwm", "xbox", "rttl", "iwm", "seq"} <= set(
+        re.findall(r"\bmeta\.(\w+)", code("settle"))
+    )
+
+
+def python_meta_fields() -> set[str]:
+    """Field names Python code passes along with a session meta key."""
+    names: set[str] = set()
+    pattern = re.compile(r"\bmeta\s*,\s*(?:field\s*=\s*)?((?:\"\w+\"\s*,\s*)*\"\w+\")")
+    for path in (ROOT / "redismem").rglob("*.py"):
+        for found in pattern.findall(path.read_text(encoding="utf-8")):
+            names |= set(re.findall(r"\"(\w+)\"", found))
+    return names
+
+
+def test_python_names_only_listed_meta_fields() -> None:
+    named = python_meta_fields()
+    assert {"seq", "iwm", "sumcfg"} <= named
+    assert named <= set(SESSION_META_FIELDS)
 
 
 # -- headers --------------------------------------------------------------------

@@ -40,9 +40,8 @@ user (``U``), in one epoch (prefix ``E`` = ``ns:{u:U}:`` or
     E tagidx                   ZSET  lexicographic tag index over the user's sessions
     E pending                  ZSET  session id -> time it became due for summarization
     E s:S:msgs                 LIST  stored messages, oldest first
-    E s:S:meta                 HASH  seq, created, accessed, tokens, trimmed,
-                                     wm (summary watermark), summarized, gen
-                                     (the incarnation: the first write's id)
+    E s:S:meta                 HASH  the session's counters and watermarks
+                                     (its fields: SESSION_META_FIELDS)
     E s:S:entries              LIST  one record per write, oldest first
     E s:S:tags                 HASH  union of the tags of the session's writes
     E s:S:summary              STRING the running summary (msgpack)
@@ -53,12 +52,8 @@ user (``U``), in one epoch (prefix ``E`` = ``ns:{u:U}:`` or
                                removes the user's failure records and waiting
                                jobs, whose ids name users by digest only)
 
-Meta also holds the recall index watermark ``iwm`` (last indexed seq), the
-last indexed doc of the session ``ilast`` and the recall ttl ``rttl`` of the
-writes (``redismem.recall.index``), and, once workers extract memories, the
-extraction watermark ``xwm`` (last extracted seq) and the outbox ``xbox`` of
-memories found but not yet added (``redismem.longterm.extraction.job``). The recall index of
-a user (``D`` = a doc id, one per indexed message; ``E`` = an escaped id)::
+The recall index of a user (``D`` = a doc id, one per indexed message; ``E`` =
+an escaped id)::
 
     E r:docs                   HASH  D -> "created_ms,deadline_ms,role|name terms|" + payload
     E r:links                  HASH  D -> "prev|speaker name terms" (prev: the doc
@@ -129,8 +124,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
+from typing import Final
 
 from redismem.errors import InvalidInput
 
@@ -140,6 +138,7 @@ __all__ = [
     "KeyLayout",
     "RecallKeys",
     "ParsedKey",
+    "SESSION_META_FIELDS",
     "SessionKeys",
     "StoreKeys",
     "UserKeys",
@@ -161,6 +160,32 @@ _ESCAPED_RE = re.compile(r"(?:[A-Za-z0-9_.-]|%[0-9A-F]{2})+")
 MAX_ID_BYTES = 4096
 
 SESSION_KEY_KINDS = ("msgs", "meta", "entries", "tags", "summary", "writes")
+#: The fields of a session's meta hash (``SessionKeys.meta``) and what each
+#: holds: the one list of them. Scripts read them by name through
+#: ``load_meta`` (``lua/_meta.lua``); Python names them as here; a test checks
+#: that both name no other.
+SESSION_META_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "seq": "seq of the last message written; absent: no session",
+        "dropped": "messages removed from the head (trimmed or summarized away)",
+        "tokens": "token count of the stored messages",
+        "writes": "writes (entries) so far",
+        "exp": "deadline given to the session's keys (ms), 'inf': none",
+        "created": "ms of the first write",
+        "accessed": "ms of the last read or write",
+        "gen": "the incarnation: the first write's id",
+        "trimmed": "messages dropped by max_messages",
+        "wm": "summary watermark: seq of the last summarized message",
+        "summarized": "messages summarized so far",
+        "sumcfg": "'keep_recent,batch,compact' the session was marked pending with, '-': off",
+        "iwm": "recall index watermark: seq of the last indexed message",
+        "ilast": "id of the session's last doc in the recall index",
+        "rttl": "recall ttl (ms, 0: forever) of the writes; absent: not indexed",
+        "unindexed": "messages trimmed before they were indexed",
+        "xwm": "extraction watermark: seq of the last extracted message",
+        "xbox": "outbox: memories extracted but not yet added (msgpack)",
+    }
+)
 #: Namespaces that would hold the work queue's keys.
 RESERVED_NAMESPACES = frozenset({"arq"})
 #: Prefix of the work-queue side's keys; no namespace can contain it.

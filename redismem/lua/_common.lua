@@ -1,6 +1,6 @@
 -- The session scripts' shared helpers (scripts that work on one session
 -- include this file).
--- include: _time
+-- include: _time _meta
 -- Session scripts take the same KEYS:
 --   KEYS[1] msgs  KEYS[2] meta  KEYS[3] entries  KEYS[4] tags  KEYS[5] summary
 --   KEYS[6] writes (write id -> result, for idempotent re-sends)
@@ -208,8 +208,8 @@ end
 
 -- Check that the session's keys agree with each other; they only disagree
 -- when some were evicted (allkeys-* policies) or deleted apart. Returns an
--- error reply to hand back, or nil. `meta` is {seq, dropped} or nil when the
--- meta hash does not exist; `len` is LLEN of the messages.
+-- error reply to hand back, or nil. `meta` is load_meta(KEYS[2]) (nil when
+-- the meta hash does not exist); `len` is LLEN of the messages.
 local function integrity_error(meta, len)
   if meta == nil then
     if len > 0 or redis.call('EXISTS', KEYS[3]) == 1 then
@@ -217,9 +217,9 @@ local function integrity_error(meta, len)
     end
     return nil
   end
-  local seq, dropped = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
-  if len ~= seq - dropped then
-    return corrupt(KEYS[1], 'holds ' .. len .. ' messages where meta counts ' .. (seq - dropped))
+  local counted = meta.seq - meta.dropped
+  if len ~= counted then
+    return corrupt(KEYS[1], 'holds ' .. len .. ' messages where meta counts ' .. counted)
   end
   local entries = redis.call('TYPE', KEYS[3])['ok']
   if len > 0 and entries == 'none' then
@@ -229,17 +229,6 @@ local function integrity_error(meta, len)
     return corrupt(KEYS[3], 'is a ' .. entries .. ', not a list')
   end
   return nil
-end
-
--- {seq, dropped, tokens, writes, exp, wm, iwm, rttl} of the session meta
--- (exp may be nil: see needs_touch; rttl is nil unless the session's writes
--- are indexed), or nil when the meta hash is missing.
-local function load_meta()
-  local meta = redis.call('HMGET', KEYS[2], 'seq', 'dropped', 'tokens', 'writes', 'exp', 'wm',
-    'iwm', 'rttl')
-  if meta[1] == false then return nil end
-  return {meta[1], meta[2] or '0', meta[3] or '0', meta[4] or '0', meta[5] or nil, meta[6] or '0',
-    meta[7] or '0', meta[8] or nil}
 end
 
 -- Write ids remembered per session: at least this many of the latest writes.

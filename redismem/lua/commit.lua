@@ -17,19 +17,18 @@
 -- Returns {status, still_pending}: status 1 committed, 0 stale watermark
 -- (another run committed first), -1 the session is gone (or another
 -- incarnation).
-if redis.call('HGET', KEYS[2], 'gen') ~= ARGV[10] then return {-1, 0} end
-local wm = tonumber(redis.call('HGET', KEYS[2], 'wm') or '0')
-if wm ~= tonumber(ARGV[1]) then return {0, 1} end
+local meta = load_meta(KEYS[2], 'gen', 'xwm', 'xbox')
+if meta == nil or meta.gen ~= ARGV[10] then return {-1, 0} end
+if meta.wm ~= tonumber(ARGV[1]) then return {0, 1} end
 local new_wm = tonumber(ARGV[2])
-local seq = tonumber(redis.call('HGET', KEYS[2], 'seq'))
+local seq = meta.seq
 local len = redis.call('LLEN', KEYS[1])
 if new_wm > seq or new_wm < seq - len then return {0, 1} end
 -- With indexing on, a message not yet indexed (nor, once the workers
 -- extract memories, extracted) is never summarized away.
-local indexing = redis.call('HMGET', KEYS[2], 'rttl', 'iwm', 'xwm', 'xbox')
-local floor = tonumber(indexing[2] or '0')
-if indexing[3] then floor = math.min(floor, tonumber(indexing[3])) end
-if indexing[1] and ARGV[5] == '1' and new_wm > floor then return {0, 1} end
+local floor = meta.iwm
+if meta.xwm then floor = math.min(floor, tonumber(meta.xwm)) end
+if meta.rttl and ARGV[5] == '1' and new_wm > floor then return {0, 1} end
 
 redis.call('SET', KEYS[5], ARGV[4])
 local pttl = redis.call('PTTL', KEYS[2])
@@ -45,7 +44,7 @@ end
 local still = 1
 -- The mark stays while messages wait for indexing or extraction, or
 -- extracted memories wait in the outbox (the job does them next).
-local indexed = not indexing[1] or (floor >= seq and not indexing[4])
+local indexed = not meta.rttl or (floor >= seq and not meta.xbox)
 if indexed and unsummarized_backlog(seq, len, new_wm, tonumber(ARGV[6])) < tonumber(ARGV[7]) then
   still = 0
   local since = redis.call('ZSCORE', KEYS[9], ARGV[8])

@@ -12,17 +12,16 @@
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local cap = tonumber(ARGV[1])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2], 'gen', 'xwm', 'xbox')
 local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, '', 0, 0, {}, {}, false} end
-local seq = tonumber(meta[1])
-local iwm = tonumber(meta[7])
+local seq = meta.seq
+local iwm = meta.iwm
 -- Only indexed sessions are extracted (the index watermark bounds the pass).
-if meta[8] == nil then return {seq, '', 0, 0, {}, {}, false} end
-redis.call('HSETNX', KEYS[2], 'xwm', 0)
-local extra = redis.call('HMGET', KEYS[2], 'gen', 'xwm', 'xbox')
-local gen, xwm, xbox = extra[1] or '', tonumber(extra[2]), extra[3]
+if meta.rttl == nil then return {seq, '', 0, 0, {}, {}, false} end
+if meta.xwm == nil then redis.call('HSET', KEYS[2], 'xwm', 0) end
+local gen, xwm, xbox = meta.gen or '', tonumber(meta.xwm or 0), meta.xbox or false
 local head = seq - len + 1
 local first = math.max(xwm + 1, head)
 local last = math.min(iwm, seq, first + cap - 1)

@@ -18,8 +18,9 @@
 --          "term weight term weight ..."
 -- Returns {status, docs added}: status 1 committed, 0 stale watermark,
 -- -1 the session is gone (or another incarnation).
-if redis.call('HGET', KEYS[2], 'gen') ~= ARGV[1] then return {-1, 0} end
-if tonumber(redis.call('HGET', KEYS[2], 'iwm') or '0') ~= tonumber(ARGV[2]) then return {0, 0} end
+local meta = load_meta(KEYS[2], 'gen', 'ilast')
+if meta == nil or meta.gen ~= ARGV[1] then return {-1, 0} end
+if meta.iwm ~= tonumber(ARGV[2]) then return {0, 0} end
 local now = now_ms()
 local rttl = tonumber(ARGV[4])
 local prefix = ARGV[5]
@@ -33,7 +34,7 @@ local seen = {}
 local ndocs = tonumber(ARGV[6])
 -- The session's last doc, to link the new ones to, if it is still its own
 -- (it may have expired, and its id been given to another doc since).
-local prev = redis.call('HGET', KEYS[2], 'ilast') or ''
+local prev = meta.ilast or ''
 if prev ~= '' and ndocs > 0 then
   local held = redis.call('HGET', R_DKEYS, prev)
   local own = string.match(ARGV[10], '^(%S+)')

@@ -14,14 +14,14 @@
 local cap = tonumber(ARGV[1])
 local context = tonumber(ARGV[2])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2], 'gen')
 local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, '', 0, false, 0, {}, {}, {}} end
-local seq = tonumber(meta[1])
-local iwm = tonumber(meta[7])
-local gen = redis.call('HGET', KEYS[2], 'gen') or ''
-local rttl = meta[8] or false
+local seq = meta.seq
+local iwm = meta.iwm
+local gen = meta.gen or ''
+local rttl = meta.rttl or false
 local head = seq - len + 1
 local first = math.max(iwm + 1, head)
 if rttl == false or first > seq then return {seq, gen, iwm, rttl, 0, {}, {}, {}} end

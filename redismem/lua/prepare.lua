@@ -17,23 +17,22 @@
 local keep_recent = tonumber(ARGV[1])
 local cap = tonumber(ARGV[2])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2], 'gen', 'xwm')
 local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, 0, 0, false, false, 0, {}, {}, '', 0, -1} end
-local seq = tonumber(meta[1])
-local wm = tonumber(meta[6])
-local gen = redis.call('HGET', KEYS[2], 'gen') or ''
+local seq = meta.seq
+local wm = meta.wm
+local gen = meta.gen or ''
 local head = seq - len + 1
 local first = math.max(wm + 1, head)
 local last = math.min(seq - keep_recent, first + cap - 1)
 -- The index watermark, or -1 when the session's writes are not indexed.
 local iwm = -1
-if meta[8] then iwm = tonumber(meta[7]) end
+if meta.rttl then iwm = meta.iwm end
 -- Once the workers extract memories, no message is summarized before it
 -- was extracted (compaction would take it away first).
-local xwm = redis.call('HGET', KEYS[2], 'xwm')
-if meta[8] and xwm then last = math.min(last, tonumber(xwm)) end
+if meta.rttl and meta.xwm then last = math.min(last, tonumber(meta.xwm)) end
 local summary = redis.call('GET', KEYS[5])
 local since = redis.call('ZSCORE', KEYS[9], ARGV[3])
 if last < first then return {seq, wm, len, summary, since, 0, {}, {}, gen, 0, iwm} end

@@ -16,14 +16,14 @@ local max_tokens = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2])
 local broken = integrity_error(meta, len)
 if broken then return broken end
-local seq = tonumber(meta and meta[1] or '0')
+local seq = meta and meta.seq or 0
 local want = len
 local summary = false
 if ARGV[5] == '1' then
-  local wm = tonumber(meta and meta[6] or '0')
+  local wm = meta and meta.wm or 0
   want = math.max(0, math.min(len, seq - wm))
   summary = redis.call('GET', KEYS[5])
   if wm > 0 and not summary then
@@ -86,6 +86,6 @@ end
 if ttl >= 0 and meta ~= nil then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[4], meta[5])
+  touch_session(ttl, now, ARGV[4], meta.exp)
 end
 return {first_seq, out, covering, summary}

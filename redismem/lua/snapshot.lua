@@ -9,17 +9,18 @@
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local ttl = tonumber(ARGV[1])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2], 'accessed', 'created')
 local broken = integrity_error(meta, len)
 if broken then return broken end
-local seq = tonumber(meta and meta[1] or '0')
+local seq = meta and meta.seq or 0
 local entries = redis.call('LRANGE', KEYS[3], 0, -1)
 local msgs = {}
 if ARGV[3] == '1' then msgs = redis.call('LRANGE', KEYS[1], 0, -1) end
-if ttl >= 0 and meta ~= nil then
-  local now = now_ms()
-  redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[2], meta[5])
+if meta == nil then return {seq, len, entries, msgs, 0, 0} end
+local accessed = tonumber(meta.accessed or 0)
+if ttl >= 0 then
+  accessed = now_ms()
+  redis.call('HSET', KEYS[2], 'accessed', accessed)
+  touch_session(ttl, accessed, ARGV[2], meta.exp)
 end
-local times = redis.call('HMGET', KEYS[2], 'accessed', 'created')
-return {seq, len, entries, msgs, tonumber(times[1] or '0'), tonumber(times[2] or '0')}
+return {seq, len, entries, msgs, accessed, tonumber(meta.created or 0)}

@@ -9,13 +9,13 @@
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local ttl = tonumber(ARGV[1])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta()
+local meta = load_meta(KEYS[2])
 local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, 0} end
 if ttl >= 0 then
   local now = now_ms()
   redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[2], meta[5])
+  touch_session(ttl, now, ARGV[2], meta.exp)
 end
-return {tonumber(meta[1]), len}
+return {meta.seq, len}

@@ -35,7 +35,7 @@ local ntags = tonumber(ARGV[10])
 local first_msg = 11 + 2 * ntags
 local count = #ARGV - first_msg + 1
 
-local meta = load_meta()
+local meta = load_meta(KEYS[2])
 local len = redis.call('LLEN', KEYS[1])
 local broken = integrity_error(meta, len)
 if broken then return broken end
@@ -47,7 +47,7 @@ end
 
 local now = now_ms()
 -- The lists are (re)created when empty, so their keys need a TTL then too.
-local touching = len == 0 or needs_touch(ttl, now, meta and meta[5])
+local touching = len == 0 or needs_touch(ttl, now, meta and meta.exp)
 -- The keys checked above (msgs, meta, entries) and the write ids (written
 -- first) fail before anything is written; the others this write will touch
 -- are checked here.
@@ -60,8 +60,8 @@ if broken then return broken end
 -- The entry's time; TTLs, the access time and the pending mark keep `now`.
 local at = now
 if ARGV[9] ~= '' then at = math.min(tonumber(ARGV[9]), now) end
-local first = tonumber(meta and meta[1] or '0') + 1
-local writes = tonumber(meta and meta[4] or '0') + 1
+local first = (meta and meta.seq or 0) + 1
+local writes = (meta and meta.writes or 0) + 1
 local seen = remember_write(write_id, first, at, writes)
 if seen then
   local applied, created = string.match(seen, '^(%d+),(%d+)')
@@ -79,10 +79,10 @@ if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
   redis.call('HSET', KEYS[2], 'created', at, 'gen', write_id)
-  meta = {'0', '0', '0', '0', nil, '0', '0', nil}
+  meta = {seq = 0, dropped = 0, tokens = 0, writes = 0, wm = 0, iwm = 0}
 end
 local last = first + count - 1
-redis.call('HSET', KEYS[2], 'seq', last, 'tokens', tonumber(meta[3]) + tonumber(ARGV[5]),
+redis.call('HSET', KEYS[2], 'seq', last, 'tokens', meta.tokens + tonumber(ARGV[5]),
   'writes', writes, 'accessed', now)
 for i = first_msg, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
@@ -101,20 +101,20 @@ len = len + count
 local trimmed = 0
 if max_messages > 0 and len > max_messages then
   local drop = len - max_messages
-  if recall_ttl ~= '' then count_unindexed(drop, last - len + 1, tonumber(meta[7])) end
+  if recall_ttl ~= '' then count_unindexed(drop, last - len + 1, meta.iwm) end
   trimmed = drop_oldest(drop, last)
   len = len - trimmed
   redis.call('HINCRBY', KEYS[2], 'trimmed', trimmed)
 end
-if recall_ttl ~= '' and meta[8] ~= recall_ttl then redis.call('HSET', KEYS[2], 'rttl', recall_ttl) end
-local pending_since, pending = mark_pending(last, len, tonumber(meta[6]), ARGV[6],
+if recall_ttl ~= '' and meta.rttl ~= recall_ttl then redis.call('HSET', KEYS[2], 'rttl', recall_ttl) end
+local pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],
   recall_ttl ~= '', now, sid)
 
 if touching then
   touch_session(ttl, now, sid, nil)
 else
   -- Keys this write may have created get the session's deadline.
-  if ntags > 0 and meta[5] ~= 'inf' then redis.call('PEXPIREAT', KEYS[4], tonumber(meta[5])) end
+  if ntags > 0 and meta.exp ~= 'inf' then redis.call('PEXPIREAT', KEYS[4], tonumber(meta.exp)) end
   if indexed > 0 or pending_since > 0 then fit_user_ttl() end
 end
 if pending == nil then pending = pending_now() end
