@@ -468,7 +468,7 @@ class Memory:
             )
 
         call = send(keys)
-        # Sent (see SessionScripts.write): build the result while Redis runs it.
+        # Sent (see ScriptRunner.write): build the result while Redis runs it.
         # The messages are this call's own copies (made by _normalize).
         entry = written_entry(sid, uid, to_store, counts, agent_name, tag_map)
         try:

@@ -164,3 +164,28 @@ def test_no_import_cycle_even_counting_type_only_imports() -> None:
     graph = {name: deps - {"redismem"} for name, deps in import_graph().items()}
     assert _cycles(graph) == []
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_one_script_runner() -> None:
+    """Only ``core/scripts.py`` registers or sends scripts (``core/transport.py``
+    puts EVALSHA on the wire for it)."""
+    runners = {
+        module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        for needle in ("register_script", "evalsha", "EVALSHA", "SCRIPT LOAD", ".eval(")
+        if needle in path.read_text(encoding="utf-8")
+    }
+    assert runners == {"redismem.core.scripts", "redismem.core.transport"}
+
+
+def test_one_bm25_and_one_retry_policy() -> None:
+    sources = {module_name(p): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
+    bm25 = {name for name, text in sources.items() if "k1 + 1" in text or "(k1 + 1)" in text}
+    assert bm25 <= {"redismem.recall.bm25"}
+    retry_types = {
+        name
+        for name, text in sources.items()
+        for line in text.splitlines()
+        if line.startswith("class ") and "Retry" in line.split("(")[0]
+    }
+    assert retry_types == {"redismem.core.connection"}

@@ -146,16 +146,17 @@ async def test_a_resent_delete_applies_once(make_memory):
 
 async def test_a_put_whose_reply_was_lost_is_retried_with_its_write_id(make_memory, monkeypatch):
     mem, store = await store_of(make_memory)
-    call = mem.backend.call
+    runner = mem.backend.scripts
+    run = runner.run_guarded
 
-    async def reply_lost(operation: Any) -> Any:
-        await call(operation)
+    async def reply_lost(*args: Any, **options: Any) -> Any:
+        await run(*args, **options)
         raise BackendUnavailable("the reply was lost")
 
-    monkeypatch.setattr(mem.backend, "call", reply_lost)
+    monkeypatch.setattr(runner, "run_guarded", reply_lost)
     with pytest.raises(BackendUnavailable) as info:
         await store.put(NS, "k", {"v": 1})
-    monkeypatch.setattr(mem.backend, "call", call)
+    monkeypatch.setattr(runner, "run_guarded", run)
     assert info.value.write_id
     again = await store.put(NS, "k", {"v": 1}, write_id=info.value.write_id)
     assert again.version == 1
@@ -165,18 +166,22 @@ async def test_a_put_whose_reply_was_lost_is_retried_with_its_write_id(make_memo
 async def test_a_script_sent_twice_applies_once(make_memory, monkeypatch):
     """What the call policy does when an attempt times out after Redis ran it."""
     mem, store = await store_of(make_memory)
-    call = mem.backend.call
+    runner = mem.backend.scripts
+    run = runner.run_guarded
+    sent: list[str] = []
 
-    async def twice(operation: Any) -> Any:
-        await call(operation)
-        return await call(operation)
+    async def twice(name: str, *args: Any, **options: Any) -> Any:
+        sent.append(name)
+        await run(name, *args, **options)
+        return await run(name, *args, **options)
 
-    monkeypatch.setattr(mem.backend, "call", twice)
+    monkeypatch.setattr(runner, "run_guarded", twice)
     await store.put(NS, "k", {"v": 1})
     await store.put(NS, "k", {"v": 2})
     await store.delete(NS, "k")
     await store.put(NS, "k", {"v": 3})
-    monkeypatch.setattr(mem.backend, "call", call)
+    monkeypatch.setattr(runner, "run_guarded", run)
+    assert sent == ["store_put", "store_put", "store_delete", "store_put"]
     history = await store.history(NS, "k")
     assert [(v.version, v.deleted) for v in history] == [
         (1, False),

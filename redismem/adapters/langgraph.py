@@ -83,7 +83,6 @@ from redismem.adapters._retention import ttl_ms
 from redismem.adapters._sync import aclose_twin, close_twin, run_sync
 from redismem.core.connection import scan_once
 from redismem.core.keys import GraphThreadKeys, escape_id, unescape_id
-from redismem.core.scripts import script_source
 from redismem.errors import CorruptData, InvalidInput, MissingDependency
 from redismem.surface import check_memory
 
@@ -142,13 +141,9 @@ async def _command(backend: Backend, *args: Any) -> Any:
 
 
 async def _script(backend: Backend, name: str, keys: GraphThreadKeys, args: Sequence[Any]) -> Any:
-    source = script_source(f"lg_{name}")
-
-    async def operation(redis: Any) -> Any:
-        # Registered per client: the sync methods run on a twin's client.
-        return await redis.register_script(source)(keys=keys.all(), args=list(args))
-
-    return await backend.call(operation)
+    """Run the checkpointer's script ``lg_<name>`` (a thread belongs to no
+    user: not guarded) through the one script runner."""
+    return await backend.scripts.run(f"lg_{name}", keys.all(), list(args))
 
 
 # -- encoding -----------------------------------------------------------------------------

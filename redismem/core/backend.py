@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from redismem.core.connection import RetryPolicy, describe_url, open_redis
 from redismem.core.epochs import UserEpochs, in_epoch
 from redismem.core.keys import KeyLayout, SessionKeys
-from redismem.core.scripts import SessionScripts
+from redismem.core.scripts import ScriptRunner
 from redismem.core.transport import MultiplexedCluster, MultiplexedConnection, open_multiplexed
 from redismem.errors import ClientClosed, InvalidInput
 
@@ -53,7 +53,7 @@ class Backend:
                 "replica_acks needs a redis://, unix://, redis+sentinel:// or redis+cluster:// "
                 f"URL without TLS, not {describe_url(config.url)!r}"
             )
-        self._scripts = SessionScripts(
+        self._scripts = ScriptRunner(
             redis,
             self._policy,
             self._multiplexed,
@@ -94,7 +94,7 @@ class Backend:
         return self._multiplexed
 
     @property
-    def scripts(self) -> SessionScripts:
+    def scripts(self) -> ScriptRunner:
         """The one script runner (see ``redismem.core.scripts``)."""
         self.check_open()
         return self._scripts

@@ -1,4 +1,4 @@
-"""The session scripts, and their one owner: ``SessionScripts``.
+"""The session scripts, and their one owner: ``ScriptRunner``.
 
 Each Lua file in ``redismem/lua/`` opens with its ``KEYS[]``/``ARGV[]`` contract
 and names the shared files it needs (``-- include: _common``; files whose name
@@ -11,7 +11,7 @@ Scripts are registered with ``register_script`` so a server that lost its
 script cache (restart, failover, ``SCRIPT FLUSH``) gets them reloaded on
 ``NOSCRIPT`` transparently.
 
-``SessionScripts`` has one method per script, taking typed arguments and
+``ScriptRunner`` has one method per script, taking typed arguments and
 returning a named result; every call goes through the client's
 ``RetryPolicy`` (bounded time, retries, errors mapped into redismem's tree).
 The client, the summarization pass and the workers use it; nothing else
@@ -47,7 +47,7 @@ __all__ = [
     "IndexRead",
     "PrepareResult",
     "ReadResult",
-    "SessionScripts",
+    "ScriptRunner",
     "SnapshotResult",
     "WriteResult",
     "includes",
@@ -70,28 +70,6 @@ class Scoped(Protocol):
     def epoch(self) -> int: ...
 
 
-#: The scripts ``SessionScripts`` runs (the long-term store and the LangGraph
-#: checkpointer run their own: ``store_*``, ``lg_*``).
-_SESSION_SCRIPTS = (
-    "write",
-    "read",
-    "touch",
-    "snapshot",
-    "clear",
-    "sessions",
-    "prepare",
-    "commit",
-    "settle",
-    "index_read",
-    "index_commit",
-    "extract_read",
-    "extract_commit",
-    "extract_clear",
-    "recall_forget",
-    "recall_search",
-    "guard_bump",
-    "guard_settle",
-)
 #: Seconds between two log lines about reads that could not slide the TTL.
 _FULL_LOG_EVERY = 60.0
 
@@ -339,8 +317,17 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class SessionScripts:
-    """The session scripts of one Redis client, run under one ``RetryPolicy``."""
+class ScriptRunner:
+    """Every Lua script of one Redis client, run under one ``RetryPolicy``.
+
+    The one way a script runs (sessions, recall, extraction, the long-term
+    store, the LangGraph checkpointer): ``run`` with exactly the given KEYS
+    and ARGV, ``run_guarded`` for a user-scoped script on keys built for one
+    epoch. It registers each script on first use (``register_script``: EVALSHA,
+    reloaded on NOSCRIPT), sends it on the multiplexed connection when there
+    is one (routed by the first key's slot on a cluster, waiting for replica
+    acks when asked) and through redis-py otherwise. Typed methods, one per
+    session script, build the arguments and name the results."""
 
     def __init__(
         self,
@@ -360,16 +347,20 @@ class SessionScripts:
         #: redis-py's cluster client refuses MULTI: reads of the tail then use
         #: the read script (the cluster links run MULTI on the slot's master).
         self._multi = link is not None or not is_cluster(redis)
-        self._scripts = {
-            name: redis.register_script(script_source(name)) for name in _SESSION_SCRIPTS
-        }
+        self._scripts: dict[str, Any] = {}
         self._full_logged_at = 0.0
 
     @property
     def policy(self) -> RetryPolicy:
         return self._policy
 
-    def _call(
+    def _script(self, name: str) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self._redis.register_script(script_source(name))
+        return script
+
+    def run_guarded(
         self,
         name: str,
         scope: Scoped,
@@ -383,13 +374,14 @@ class SessionScripts:
         replicas asked for (``replica_acks``). ``EpochMoved`` when the user
         was cleared since (another epoch)."""
         keys, args = guarded(scope, keys, args)
-        return self._run(name, keys, args, acked=acked)
+        return self.run(name, keys, args, acked=acked)
 
-    def _run(
+    def run(
         self, name: str, keys: Sequence[Any], args: Sequence[Any], *, acked: bool = False
     ) -> Awaitable[Any]:
-        """Run script ``name`` with exactly these KEYS and ARGV."""
-        script = self._scripts[name]
+        """Run script ``name`` with exactly these KEYS and ARGV (a script not
+        user-scoped; ``run_guarded`` for the others)."""
+        script = self._script(name)
         link = self._link
         if link is not None:
             replicas = self._replica_acks if acked else 0
@@ -473,7 +465,7 @@ class SessionScripts:
             *flat_tags,
             *messages,
         ]
-        return _write_result(self._call("write", keys, keys.script_keys(), args, acked=True))
+        return _write_result(self.run_guarded("write", keys, keys.script_keys(), args, acked=True))
 
     async def read(
         self,
@@ -487,7 +479,7 @@ class SessionScripts:
     ) -> ReadResult:
         def call(ttl: int) -> Awaitable[Any]:
             args = [limit, max_tokens, ttl, session_id, "1" if with_summary else "0"]
-            return self._call("read", keys, keys.script_keys(), args)
+            return self.run_guarded("read", keys, keys.script_keys(), args)
 
         first_seq, raw, covering, summary = await self._refreshing(call, refresh_ttl)
         return ReadResult(first_seq, raw, covering, summary or None)
@@ -551,7 +543,7 @@ class SessionScripts:
     async def _tail_once(
         self, keys: SessionKeys, session_id: str, limit: int, ttl: int
     ) -> list[Any]:
-        touch = self._scripts["touch"]
+        touch = self._script("touch")
         start = 0 if limit < 0 else -limit
         touch_keys, touch_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         for _ in range(2):
@@ -580,7 +572,7 @@ class SessionScripts:
         ttl: int,
         deadline: float,
     ) -> list[Any]:
-        touch = self._scripts["touch"]
+        touch = self._script("touch")
         script_keys, script_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         start, stop = (1, 0) if limit == 0 else (0 if limit < 0 else -limit, -1)
         commands = [
@@ -598,25 +590,25 @@ class SessionScripts:
     ) -> SnapshotResult:
         def call(ttl: int) -> Awaitable[Any]:
             args = [ttl, session_id, "1" if with_messages else "0"]
-            return self._call("snapshot", keys, keys.script_keys(), args)
+            return self.run_guarded("snapshot", keys, keys.script_keys(), args)
 
         seq, length, entries, msgs, accessed, created = await self._refreshing(call, refresh_ttl)
         return SnapshotResult(seq, length, entries, msgs, accessed, created)
 
     async def sessions(self, user: UserKeys, prefixes: Sequence[bytes]) -> list[tuple[str, float]]:
         """``(session id, deadline ms)`` of live sessions having every tag prefix."""
-        flat = await self._call("sessions", user, [user.sessions, user.tagidx], prefixes)
+        flat = await self.run_guarded("sessions", user, [user.sessions, user.tagidx], prefixes)
         return [(flat[i].decode("utf-8"), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     async def bump_epoch(self, guard: str, *, min_ttl_ms: int, clear_id: str) -> int:
         """Start a new epoch of the user of ``guard`` (``guard_bump.lua``),
         once per ``clear_id``."""
-        return int(await self._run("guard_bump", [guard], [min_ttl_ms, clear_id]))
+        return int(await self.run("guard_bump", [guard], [min_ttl_ms, clear_id]))
 
     async def settle_guard(self, guard: str, *, epoch: int, roots: Sequence[str]) -> bool:
         """Record ``epoch``'s earlier epochs deleted and drop ``guard`` if no
         root key of the epoch exists (``guard_settle.lua``): True if dropped."""
-        return bool(await self._run("guard_settle", [guard, *roots], [epoch]))
+        return bool(await self.run("guard_settle", [guard, *roots], [epoch]))
 
     async def clear(
         self, keys: SessionKeys, recall: RecallKeys, *, session_id: str, grave: str
@@ -625,13 +617,25 @@ class SessionScripts:
         ``recall.prefix + grave`` (a fresh suffix), for ``recall_forget``."""
         filter_key = recall.prefix + session_filter_suffix(session_id)
         script_keys = [*keys.script_keys(), filter_key, recall.prefix + grave, recall.graves]
-        removed, _grave = await self._call("clear", keys, script_keys, [session_id])
+        removed, _grave = await self.run_guarded("clear", keys, script_keys, [session_id])
         return int(removed)
 
     async def prepare(
         self, keys: SessionKeys, *, session_id: str, keep_recent: int, cap: int
     ) -> PrepareResult:
-        seq, wm, length, summary, since, first, raw, covering, gen, last, iwm = await self._call(
+        (
+            seq,
+            wm,
+            length,
+            summary,
+            since,
+            first,
+            raw,
+            covering,
+            gen,
+            last,
+            iwm,
+        ) = await self.run_guarded(
             "prepare", keys, keys.script_keys(), [keep_recent, cap, session_id]
         )
         return PrepareResult(
@@ -673,13 +677,13 @@ class SessionScripts:
             read.pending_since,
             read.gen,
         ]
-        status, still = await self._call("commit", keys, keys.script_keys(), args)
+        status, still = await self.run_guarded("commit", keys, keys.script_keys(), args)
         name = {1: "committed", 0: "stale", -1: "gone"}[status]
         return CommitResult(name, bool(still))
 
     async def index_read(self, keys: SessionKeys, *, cap: int, context: int) -> IndexRead:
         """The session's messages after its index watermark (at most ``cap``)."""
-        seq, gen, iwm, rttl, first, messages, entries, before = await self._call(
+        seq, gen, iwm, rttl, first, messages, entries, before = await self.run_guarded(
             "index_read", keys, keys.script_keys(), [cap, context]
         )
         recall_ttl = None if rttl is None or rttl is False else int(rttl)
@@ -720,7 +724,7 @@ class SessionScripts:
         for doc in docs:
             postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
             args += [doc.created_ms, doc.record, " ".join(doc.filter_suffixes), postings]
-        status, _added = await self._call(
+        status, _added = await self.run_guarded(
             "index_commit", keys, [*keys.script_keys(), *recall.script_keys()], args
         )
         return {1: "committed", 0: "stale", -1: "gone"}[status]
@@ -728,7 +732,7 @@ class SessionScripts:
     async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
         """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and
         expired ones); returns how many it still lists."""
-        left = await self._call(
+        left = await self.run_guarded(
             "recall_forget",
             recall,
             [recall.graves, *recall.script_keys()],
@@ -738,12 +742,14 @@ class SessionScripts:
 
     async def recall_search(self, recall: RecallKeys, args: Sequence[Any]) -> list[Any]:
         """Run the search script (arguments: see ``recall_search.lua``)."""
-        found: list[Any] = await self._call("recall_search", recall, recall.script_keys(), args)
+        found: list[Any] = await self.run_guarded(
+            "recall_search", recall, recall.script_keys(), args
+        )
         return found
 
     async def extract_read(self, keys: SessionKeys, *, cap: int) -> ExtractRead:
         """The session's indexed messages after its extraction watermark."""
-        seq, gen, xwm, first, messages, entries, outbox = await self._call(
+        seq, gen, xwm, first, messages, entries, outbox = await self.run_guarded(
             "extract_read", keys, keys.script_keys(), [cap]
         )
         return ExtractRead(
@@ -761,17 +767,17 @@ class SessionScripts:
     ) -> str:
         """Move the extraction watermark to ``until_seq`` and keep ``outbox``,
         with compare-and-set on what ``read`` saw: "committed", "stale" or "gone"."""
-        status = await self._call(
+        status = await self.run_guarded(
             "extract_commit", keys, [keys.meta], [read.gen, read.xwm, until_seq, outbox]
         )
         return {1: "committed", 0: "stale"}.get(int(status), "gone")
 
     async def extract_clear(self, keys: SessionKeys, *, outbox: bytes) -> bool:
         """Clear the applied ``outbox`` (unless it was replaced)."""
-        return bool(await self._call("extract_clear", keys, [keys.meta], [outbox]))
+        return bool(await self.run_guarded("extract_clear", keys, [keys.meta], [outbox]))
 
     async def settle(self, keys: SessionKeys, *, session_id: str, seq: int, gen: str) -> bool:
-        cleared = await self._call(
+        cleared = await self.run_guarded(
             "settle", keys, [keys.meta, keys.pending], [seq, session_id, gen]
         )
         return bool(cleared)

@@ -8,7 +8,7 @@ parsed and commands packed by hiredis; any number of tasks share it, each
 call queued behind the others (pipelined, replies matched in order). It
 runs ``EVALSHA`` (reloading a script the server lost on ``NOSCRIPT``, with
 an optional ``WAIT`` for replicas on the same connection) and ``MULTI``
-blocks, for ``SessionScripts`` and ``Memory.atomic``; everything else goes
+blocks, for ``ScriptRunner`` and ``Memory.atomic``; everything else goes
 through redis-py. ``evalsha_now`` sends before returning, so a write builds
 its result while Redis runs the script; a reply resumes its task at once
 (``redismem.core.replies``).

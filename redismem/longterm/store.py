@@ -50,7 +50,6 @@ from redismem.core.keys import (
     store_ref,
     validate_id,
 )
-from redismem.core.scripts import guarded, script_source
 from redismem.errors import BackendUnavailable, CorruptData, InvalidInput, VersionConflict
 from redismem.longterm import filters, jsonpaths
 from redismem.longterm.items import (
@@ -140,11 +139,6 @@ def _score_pairs(reply: Any) -> list[tuple[Any, Any]]:
     return list(zip(reply[::2], reply[1::2], strict=True))
 
 
-@functools.cache
-def _source(name: str) -> str:
-    return script_source(name)
-
-
 # -- the store ----------------------------------------------------------------------------
 
 
@@ -154,7 +148,6 @@ class LongTermStore:
     def __init__(self, backend: Backend | HasBackend, *, default_ttl: float | None = None) -> None:
         self._backend = backend_of(backend)
         self._default_ttl_ms = _ttl_ms(default_ttl, "default_ttl")
-        self._scripts: dict[str, Any] = {}
 
     def _keys(self, tenant: str, epoch: int) -> StoreKeys:
         return self._backend.layout.store(tenant, epoch)
@@ -168,16 +161,7 @@ class LongTermStore:
         self, name: str, scope: StoreKeys, keys: Sequence[str], args: Sequence[Any]
     ) -> Any:
         """Run a store script on keys built for ``scope``'s epoch (guarded)."""
-        source = _source(name)
-        script_keys, script_args = guarded(scope, keys, args)
-
-        async def operation(redis: Any) -> Any:
-            script = self._scripts.get(name)
-            if script is None:
-                script = self._scripts[name] = redis.register_script(source)
-            return await script(keys=script_keys, args=script_args)
-
-        return await self._backend.call(operation)
+        return await self._backend.scripts.run_guarded(name, scope, keys, args)
 
     async def _read(self, keys: StoreKeys, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """The replies of plain reads of ``keys``' epoch, in one MULTI with
