@@ -7,9 +7,11 @@ for epoch 0 (a user never cleared), ``ns:{u:U}:@<epoch>:...`` after a clear.
 The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
 
 * **Every user-scoped script checks the guard first.** The script registry
-  (``scripts.script_source``) prefixes every script but the guard's own with
-  ``_guard.lua``, and the one way to run one (``scripts.guarded``) sends the
-  guard and the epoch its keys were built for. A script built for another
+  (``scripts.script_source``) prefixes with ``_guard.lua`` every script
+  whose header does not say ``-- unguarded: <why>`` (only the guard's own
+  and the LangGraph checkpointer's, whose threads belong to no user), and
+  the one way to run one (``ScriptRunner.run_guarded``) sends the guard and
+  the epoch its keys were built for. A script built for another
   epoch changes nothing and fails with ``EpochMoved``: a client call builds
   its keys for the new epoch and runs again (``in_epoch``); a worker drops
   what it read (its commit names keys of a cleared epoch). Plain reads run in
