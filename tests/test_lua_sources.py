@@ -17,9 +17,9 @@ import fakeredis
 import pytest
 import redis.exceptions as rexc
 
-from redismem.core import scripts
+from redismem.core import lua as scripts
 from redismem.core.keys import SESSION_META_FIELDS
-from redismem.core.scripts import (
+from redismem.core.lua import (
     GUARD_PRELUDE,
     ScriptSourceError,
     includes,

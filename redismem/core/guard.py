@@ -7,7 +7,7 @@ for epoch 0 (a user never cleared), ``ns:{u:U}:@<epoch>:...`` after a clear.
 The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
 
 * **Every user-scoped script checks the guard first.** The script registry
-  (``scripts.script_source``) prefixes with ``_guard.lua`` every script
+  (``lua.script_source``) prefixes with ``_guard.lua`` every script
   whose header does not say ``-- unguarded: <why>`` (only the guard's own
   and the LangGraph checkpointer's, whose threads belong to no user), and
   the one way to run one (``ScriptRunner.run_guarded``) sends the guard and
@@ -54,7 +54,7 @@ from redismem.core.keys import EPOCH_MARK, KeyLayout, ParsedKey
 from redismem.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from redismem.core.scripts import Scoped
+    from redismem.core.lua import Scoped
 
 if TYPE_CHECKING:
     from redismem.core.backend import Backend

@@ -26,7 +26,7 @@ the server's time in ms of the clear). Outside every epoch lies one key::
                                epoch (each deadline given to one covers it)
 
 How each key family of a user is guarded: every script that reads or writes
-it is user-scoped (``scripts.is_user_scoped``: all but those whose header
+it is user-scoped (``lua.is_user_scoped``: all but those whose header
 says ``-- unguarded``, the guard's own and the LangGraph checkpointer's) and
 checks the guard first, so nothing reaches the keys of a cleared epoch; the
 plain reads run in one MULTI with the guard;
