@@ -13,6 +13,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import warnings
 from collections.abc import (
     Awaitable,
     Callable,
@@ -96,6 +97,10 @@ R = TypeVar("R")
 
 def _matches(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return all(tags.get(k) == v for k, v in wanted.items())
+
+
+#: What moved from ``Memory`` to its ``Backend`` (deprecated names on ``Memory``).
+_MOVED_TO_BACKEND = frozenset({"call", "atomic", "scripts", "epochs", "in_session"})
 
 
 class _MadeWithSelf(Generic[P, R]):
@@ -258,6 +263,22 @@ class Memory:
 
     async def ping(self) -> None:
         await self._backend.ping()
+
+    if not TYPE_CHECKING:  # mypy keeps checking attribute names on Memory
+
+        def __getattr__(self, name: str) -> Any:
+            """The core's calls that ``Memory`` offered before ``Backend`` held
+            them (``call``, ``atomic``, ``scripts``, ``epochs``, ``in_session``):
+            still there for one release, with a ``DeprecationWarning``."""
+            if name in _MOVED_TO_BACKEND and "_backend" in self.__dict__:
+                warnings.warn(
+                    f"Memory.{name} is now Memory.backend.{name}; "
+                    "the old name goes away in the next release",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(self._backend, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return (

@@ -61,3 +61,16 @@ def test_importing_an_old_path_leaves_the_moved_module_untouched() -> None:
         assert new.__spec__ is not None and new.__spec__.name == "redismem.core.keys"
     finally:
         sys.modules.pop("redismem.keys", None)
+
+
+@pytest.mark.parametrize("name", ["call", "atomic", "scripts", "epochs", "in_session"])
+async def test_the_core_calls_memory_offered_still_work_with_a_warning(name: str) -> None:
+    memory = await redismem.Memory.connect("memory://deprecated-calls")
+    try:
+        with pytest.warns(DeprecationWarning, match=f"Memory.{name} is now Memory.backend.{name}"):
+            found = getattr(memory, name)
+        assert found == getattr(memory.backend, name)
+        with pytest.raises(AttributeError, match="no attribute 'nope'"):
+            memory.nope  # noqa: B018
+    finally:
+        await memory.aclose()
