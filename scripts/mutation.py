@@ -104,25 +104,20 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
         None,
         ("tests/test_waiter.py", "tests/test_transport.py"),
     ),
-    "client": (
-        "redismem/client.py",
-        (
-            "_check_write_id",
-            "_check_tags",
-            "_check_count",
-            "drop_orphan_tool_results",
-            "_tag_member_session",
-            "summary_message",
-        ),
-        (
-            "tests/test_memory_input.py",
-            "tests/test_memory_tags.py",
-            "tests/test_build_context.py",
-            "tests/test_memory_basic.py",
-            "tests/test_agent_memory.py",
-            "tests/test_faults_sessions.py",
-            "tests/test_clear_user_and_context_budget.py",
-        ),
+    "lua": (
+        "redismem/core/lua.py",
+        None,
+        ("tests/test_lua_sources.py", "tests/test_memory_basic.py"),
+    ),
+    "backend": (
+        "redismem/core/backend.py",
+        None,
+        ("tests/test_memory_basic.py", "tests/test_memory_clear.py", "tests/test_seams.py"),
+    ),
+    "epochs": (
+        "redismem/core/epochs.py",
+        None,
+        ("tests/test_memory_clear.py", "tests/test_seams.py"),
     ),
 }
 
