@@ -112,12 +112,12 @@ MODULES: dict[str, tuple[str, tuple[str, ...] | None, tuple[str, ...]]] = {
     "backend": (
         "redismem/core/backend.py",
         None,
-        ("tests/test_memory_basic.py", "tests/test_memory_clear.py", "tests/test_seams.py"),
+        ("tests/test_backend.py", "tests/test_memory_basic.py", "tests/test_memory_clear.py"),
     ),
     "epochs": (
         "redismem/core/epochs.py",
         None,
-        ("tests/test_memory_clear.py", "tests/test_seams.py"),
+        ("tests/test_backend.py", "tests/test_memory_clear.py", "tests/test_seams.py"),
     ),
 }
 
