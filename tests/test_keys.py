@@ -278,3 +278,23 @@ def test_a_malformed_epoch_is_refused(key: str) -> None:
 def test_parse_key_refuses_keys_of_other_namespaces_of_the_same_length(key: str) -> None:
     with pytest.raises(InvalidInput):
         KeyLayout("ns").parse_key(key)
+
+
+def test_store_pattern_takes_a_known_store_key_kind_only() -> None:
+    layout = KeyLayout("ns")
+    assert layout.store_pattern("updated") == "ns:{u:*:kv:updated"
+    with pytest.raises(InvalidInput, match="unknown store key kind 'nope'"):
+        layout.store_pattern("nope")
+
+
+def test_the_epoch_roots_are_one_key_of_each_family_of_the_user() -> None:
+    layout = KeyLayout("ns")
+    assert layout.epoch_roots("u", 0) == [
+        "ns:{u:u}:sessions",
+        "ns:{u:u}:r:stats",
+        "ns:{u:u}:r:docs",
+        "ns:{u:u}:kv:refs",
+    ]
+    assert layout.epoch_roots("u", 7) == [
+        f"ns:{{u:u}}:@7:{root}" for root in ("sessions", "r:stats", "r:docs", "kv:refs")
+    ]
