@@ -51,7 +51,7 @@ from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.core import codec, guard
 from redismem.core.backend import Backend
 from redismem.core.connection import describe_url, open_redis
-from redismem.core.guard import EpochMoved, in_epoch
+from redismem.core.epochs import EpochMoved, in_epoch
 from redismem.core.keys import KeyLayout, SessionKeys, grave_suffix, tag_index_prefix, validate_id
 from redismem.core.queue import SummarizeArgs, SummaryQueue
 from redismem.core.scripts import WriteResult

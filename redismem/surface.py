@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
+from redismem.core.backend import Backend
 from redismem.errors import InvalidInput
 from redismem.models import Context, Hit, MemoryEntry, Message, SessionInfo, Summary
 
 if TYPE_CHECKING:
     from redismem.config import MemoryConfig
     from redismem.context.strategies import MemoryStrategy
-    from redismem.core.backend import Backend
     from redismem.core.keys import KeyLayout
     from redismem.core.queue import SummarizeArgs
     from redismem.longterm.memories import Knowledge
@@ -155,8 +155,6 @@ def is_memory(value: object) -> TypeGuard[SessionMemory]:
     """Whether ``value`` is a ``redismem.Memory``: it holds a ``Backend`` (a
     property of its class) and answers the session calls. The façade's
     class is never imported here."""
-    from redismem.core.backend import Backend
-
     if not isinstance(getattr(type(value), "backend", None), property):
         return False
     return isinstance(getattr(value, "backend", None), Backend) and all(

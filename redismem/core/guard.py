@@ -13,7 +13,7 @@ The user's guard, ``ns:{u:U}:guard``, holds the current epoch (absent: 0).
   the one way to run one (``ScriptRunner.run_guarded``) sends the guard and
   the epoch its keys were built for. A script built for another
   epoch changes nothing and fails with ``EpochMoved``: a client call builds
-  its keys for the new epoch and runs again (``in_epoch``); a worker drops
+  its keys for the new epoch and runs again (``epochs.in_epoch``); a worker drops
   what it read (its commit names keys of a cleared epoch). Plain reads run in
   one MULTI with the guard (``read_guarded``). A key family added later
   gets its keys from ``KeyLayout`` for an epoch and its scripts from the
@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redismem.checks import new_write_id
 from redismem.core.connection import EpochMoved, scan_once
-from redismem.core.epochs import UserEpochs, in_epoch
 from redismem.core.keys import EPOCH_MARK, KeyLayout, ParsedKey
 from redismem.errors import InvalidInput
 
@@ -60,16 +59,13 @@ if TYPE_CHECKING:
     from redismem.core.backend import Backend
 
 __all__ = [
-    "EpochMoved",
     "GUARD_MIN_TTL_MS",
     "GUARD_SETTLE_GRACE_MS",
-    "UserEpochs",
     "clear_all",
     "clear_user",
     "finish_clear",
     "unfinished_clear",
     "current_epoch",
-    "in_epoch",
     "read_guarded",
 ]
 

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from redismem.checks import check_int, check_optional_int, check_optional_str, check_write_id
 from redismem.core.backend import backend_of
 from redismem.core.connection import scan_once
-from redismem.core.guard import EpochMoved, in_epoch, read_guarded
+from redismem.core.epochs import EpochMoved, in_epoch
+from redismem.core.guard import read_guarded
 from redismem.core.keys import (
     StoreKeys,
     escape_id,

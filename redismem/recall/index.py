@@ -46,7 +46,8 @@ from redismem.checks import (
 from redismem.core import codec
 from redismem.core.codec import ROLE_CODE
 from redismem.core.connection import scan_once
-from redismem.core.guard import EpochMoved, current_epoch, in_epoch, read_guarded
+from redismem.core.epochs import EpochMoved, in_epoch
+from redismem.core.guard import current_epoch, read_guarded
 from redismem.core.keys import (
     RecallKeys,
     SessionKeys,

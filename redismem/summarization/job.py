@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from redismem.context.toolgroups import split_at_tool_boundary
 from redismem.core import codec
-from redismem.core.guard import EpochMoved
+from redismem.core.epochs import EpochMoved
 from redismem.core.keys import SessionKeys, validate_id
 from redismem.errors import SummarizerError
 from redismem.recall import index as recall

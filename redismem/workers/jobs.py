@@ -41,7 +41,8 @@ from arq import Retry
 from redismem.config import WorkerConfig
 from redismem.core.backend import Backend
 from redismem.core.connection import scan_once
-from redismem.core.guard import EpochMoved, current_epoch, finish_clear, unfinished_clear
+from redismem.core.epochs import EpochMoved
+from redismem.core.guard import current_epoch, finish_clear, unfinished_clear
 from redismem.core.keys import KeyLayout, validate_id
 from redismem.core.queue import SummarizeArgs
 from redismem.errors import (

@@ -35,7 +35,7 @@ import msgpack
 from pydantic import TypeAdapter, ValidationError
 
 from redismem.core import codec
-from redismem.core.guard import EpochMoved
+from redismem.core.epochs import EpochMoved
 from redismem.core.keys import SessionKeys, validate_id
 from redismem.errors import CorruptData, ExtractorError
 from redismem.longterm.memories import Knowledge
