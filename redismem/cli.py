@@ -31,6 +31,7 @@ from redismem.errors import (
     RedisMemError,
 )
 from redismem.models import Message
+from redismem.server.commands import add_commands as add_server_commands
 
 __all__ = ["main"]
 
@@ -483,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--last", type=_positive(int), default=10, help="messages to show")
     _add_verbose(inspect, "log at INFO level")
     inspect.set_defaults(run=lambda a: asyncio.run(_inspect(a)))
+    add_server_commands(sub)
     return parser
 
 

