@@ -99,6 +99,7 @@ from redismem.models import (
     Summary,
     ToolCall,
 )
+from redismem.portability import USER_FORMAT, ImportReport, UserDocument, export_user, import_user
 from redismem.recall.embeddings import Embedder, HashingEmbedder, MiniLMEmbedder
 from redismem.summarization.summarizers import (
     KeyPointsSummarizer,
@@ -142,6 +143,7 @@ __all__ = [
     "HashingEmbedder",
     "Hit",
     "Hybrid",
+    "ImportReport",
     "InvalidInput",
     "Item",
     "ItemVersion",
@@ -196,6 +198,8 @@ __all__ = [
     "ToolCall",
     "TruncationSummarizer",
     "Turns",
+    "USER_FORMAT",
+    "UserDocument",
     "VersionConflict",
     "WindowStats",
     "__version__",
@@ -205,8 +209,10 @@ __all__ = [
     "default_tokenizer",
     "estimate_messages_tokens",
     "estimate_tokens",
+    "export_user",
     "extractor_from_env",
     "fence",
+    "import_user",
     "merge_messages",
     "message_tokens",
     "summarizer_from_env",

@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 
 import redismem
-from redismem import errors, llm, models
+from redismem import errors, llm, models, portability
 from redismem.context import agent_memory, composite, providers, strategies, tokens
 from redismem.context import builder as context_builder
 from redismem.context import quoting as fencing
@@ -63,6 +63,7 @@ def test_errors_are_all_reexported():
         memories,
         memory_models,
         models,
+        portability,
         providers,
         store,
         strategies,
