@@ -1,4 +1,4 @@
-"""The ``redismem`` command: demo, worker, stats, sessions, inspect.
+"""The ``redismem`` command: demo, worker, stats, sessions, inspect, export, import.
 
 Thin by design: each subcommand parses arguments and calls the library.
 Logging is configured here, never in the library. Errors end the command with
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import redis.exceptions as rexc
@@ -316,6 +318,43 @@ async def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from redismem.portability import export_user
+
+    async def export() -> dict[str, Any]:
+        async with await _connect(args, refresh_ttl_on_read=False) as memory:
+            return await export_user(memory, args.user)
+
+    document = asyncio.run(export())
+    text = json.dumps(document, ensure_ascii=False) + "\n"
+    if args.out in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+        counts = {k: len(document[k]) for k in ("sessions", "memories", "store")}
+        print(f"user {args.user!r}: {counts} written to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from redismem.portability import ImportReport, import_user
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        hint = "pass a file made by redismem export"
+        raise CliError(f"{args.file} is not JSON: {exc}", hint) from None
+
+    async def load() -> ImportReport:
+        async with await _connect(args) as memory:
+            return await import_user(memory, document, user_id=args.user)
+
+    report = asyncio.run(load())
+    print(report.model_dump_json(indent=2))
+    return 1 if report.conflicts else 0
+
+
 def _worker(args: argparse.Namespace) -> int:
     from redismem.workers import health, run
 
@@ -484,6 +523,24 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--last", type=_positive(int), default=10, help="messages to show")
     _add_verbose(inspect, "log at INFO level")
     inspect.set_defaults(run=lambda a: asyncio.run(_inspect(a)))
+
+    export = sub.add_parser("export", help="everything of one user as one JSON document")
+    _add_connection_args(export)
+    export.add_argument("--user", required=True, help="user id")
+    export.add_argument("--out", metavar="FILE", help="write it to FILE (default: stdout)")
+    _add_verbose(export, "log at INFO level")
+    export.set_defaults(run=_export)
+
+    load = sub.add_parser(
+        "import",
+        help="write a document redismem export made (again: nothing twice); "
+        "exit code 1 when some item was left as it was (conflicts)",
+    )
+    _add_connection_args(load)
+    load.add_argument("file", metavar="FILE", help="the document ('-': stdin)")
+    load.add_argument("--user", help="into this user id (default: the document's)")
+    _add_verbose(load, "log at INFO level")
+    load.set_defaults(run=_import)
     add_server_commands(sub)
     return parser
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from test_cli_worker import cli_env, run_cli
 
 from redismem import (
     Document,
@@ -532,3 +533,42 @@ def test_the_index_is_found_from_the_terms(value, index, expected):
     assert _index_of(value, held) == expected
     if expected is not None and expected is not False:
         assert jsonpaths.indexed_terms(value, expected) == held
+
+
+# -- the CLI: redismem export / redismem import -------------------------------------------------
+
+
+@pytest.mark.processes
+async def test_the_cli_exports_and_imports_a_user(memory_factory, redis_url, namespace, tmp_path):
+    mem = await memory_factory(redis_url, store_system_messages=True)
+    await fill(mem)
+    env = cli_env(redis_url, namespace)
+    out = tmp_path / "alice.json"
+    result = run_cli("export", "--user", U, "--out", str(out), env=env)
+    assert result.returncode == 0, result.stderr
+    assert str(out) in result.stderr and result.stdout == ""
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert promised(document) == promised(await export_user(mem, U))
+
+    result = run_cli("import", str(out), "--user", "dave", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["user_id"], report["entries_written"], report["conflicts"]) == ("dave", 3, [])
+    again = json.loads(run_cli("import", str(out), "--user", "dave", env=env).stdout)
+    assert (again["entries_written"], again["versions_written"]) == (0, 0)
+    printed = run_cli("export", "--user", "dave", env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["user_id"] == "dave"
+
+    broken = tmp_path / "broken.json"
+    for text, code, needle in [
+        ("{", 2, "is not JSON"),
+        ('{"format": "x"}', 2, "unknown document format"),
+    ]:
+        broken.write_text(text, encoding="utf-8")
+        result = run_cli("import", str(broken), env=env)
+        assert result.returncode == code
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("redismem: ") and needle in line and "(hint: " in line, line
+    for user in (U, "dave"):
+        await mem.clear_user(user)
