@@ -4,13 +4,22 @@ Kubernetes cluster.
 * Compose files: interpolated as ``docker compose`` does (every variable must
   have a default), validated against the Compose specification by the
   ``compose-spec`` package (offline), then checked for what the spec cannot
-  say: dependencies exist and are healthy when awaited, workers and servers
-  have health checks, every ``REDISMEM_*`` variable is known and parses.
+  say: dependencies exist and are healthy when awaited, the Redis servers,
+  the HTTP server and the workers have health checks, every ``REDISMEM_*``
+  variable is one the process it is given to reads, and parses.
+* Every ``redismem serve`` command line of the kit (compose, Kubernetes,
+  systemd, the README) is parsed by the command's own parser and turned into
+  the server's settings as the command does.
 * Kubernetes manifests: validated against the API schemas bundled with
   ``kubernetes-validate`` (offline, strict: no unknown field), then checked
-  for probes, labels and selectors, and the ConfigMap's variables.
-* The systemd unit: parsed here and by ``systemd-analyze verify`` when it is
+  for probes (the server's are HTTP GETs of /healthz and /readyz on its
+  port), labels and selectors, the ConfigMaps' variables, and every Secret
+  and ConfigMap a Deployment uses: defined in the kit, or created by the
+  ``kubectl create secret`` commands it gives, with the keys it reads.
+* The systemd units: parsed here and by ``systemd-analyze verify`` when it is
   installed.
+* The nginx configuration: parsed here, ``nginx -t``, and requests through
+  it to a real ``redismem serve`` (when nginx is installed).
 * ``redis.conf``: started with the installed ``redis-server`` (and
   ``valkey-server`` if any) on the compose files' own command lines, cluster
   formation included.
@@ -18,6 +27,8 @@ Kubernetes cluster.
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import os
 import re
@@ -27,8 +38,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, redirect_stderr
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -41,13 +53,18 @@ import yaml
 from helpers import free_port
 
 from redismem import env
+from redismem.cli import build_parser
 from redismem.config import WorkerConfig
+from redismem.server.settings import DEFAULT_MAX_BODY, ServerSettings, is_loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 COMPOSE_FILES = ("compose.yaml", "compose.cluster.yaml")
 K8S_DIR = DEPLOY / "k8s"
-UNIT = DEPLOY / "systemd" / "redismem-worker@.service"
+WORKER_UNIT = DEPLOY / "systemd" / "redismem-worker@.service"
+SERVER_UNIT = DEPLOY / "systemd" / "redismem-server.service"
+NGINX_CONF = DEPLOY / "nginx" / "redismem.conf"
+README = DEPLOY / "README.md"
 #: Where the compose files mount deploy/redis.conf in the redis containers.
 CONF_IN_CONTAINER = "/usr/local/etc/redis/redis.conf"
 #: What deploy/README.md and README.md require of the server.
@@ -63,6 +80,31 @@ K8S_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
 DEFAULT_JOB_TIMEOUT = WorkerConfig().job_timeout
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
+NGINX = shutil.which("nginx", path=os.pathsep.join((os.environ.get("PATH", ""), "/usr/sbin")))
+OPENSSL = shutil.which("openssl")
+#: What the server and the workers must agree on: the server enqueues the
+#: jobs the workers run.
+SHARED_VARIABLES = (
+    "REDISMEM_URL",
+    "REDISMEM_QUEUE_URL",
+    "REDISMEM_NAMESPACE",
+    "REDISMEM_QUEUE_NAME",
+)
+#: prometheus-client's own variable: the processes of ``redismem serve
+#: --workers N`` write their metrics to files there, which ``/metrics`` merges.
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+#: The variables each ``redismem`` command the kit runs reads.
+READS = {
+    "serve": (*env.SERVER_VARIABLES, MULTIPROC_DIR),
+    "worker": env.WORKER_VARIABLES,
+    "demo": (
+        "REDISMEM_URL",
+        "REDISMEM_QUEUE_URL",
+        "REDISMEM_LLM_BASE_URL",
+        "REDISMEM_LLM_MODEL",
+        "REDISMEM_LLM_API_KEY",
+    ),
+}
 
 
 def _no_server(what: str) -> NoReturn:
@@ -80,6 +122,57 @@ def _valkey_server() -> str | None:
         return str(get_binary_path())
     except (ImportError, OSError):
         return shutil.which("valkey-server")
+
+
+# -- the redismem command -------------------------------------------------------
+
+
+def parse_command(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` (``redismem ...``, the program by any path) parsed by the
+    ``redismem`` command's own parser: a flag it does not know, or a value it
+    refuses, fails the test with the parser's message."""
+    assert Path(argv[0]).name == "redismem", argv
+    errors = io.StringIO()
+    try:
+        with redirect_stderr(errors):
+            return build_parser().parse_args(list(argv[1:]))
+    except SystemExit:
+        pytest.fail(f"`redismem` refuses {shlex.join(argv[1:])}: {errors.getvalue().strip()}")
+
+
+def serve_settings(argv: Sequence[str], environ: Mapping[str, str]) -> ServerSettings:
+    """The settings ``redismem serve`` runs with, given the command line
+    ``argv`` in the environment ``environ``: its flags over the variables, as
+    the command builds them."""
+    args = parse_command(argv)
+    assert args.command == "serve", argv
+    return ServerSettings.from_env(
+        environ,
+        url=args.url,
+        queue_url=args.queue_url,
+        namespaces=tuple(args.namespace) if args.namespace else None,
+        keys_file=args.keys_file,
+        max_body_bytes=args.max_body_bytes,
+        rate=args.rate,
+        burst=args.burst,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        shutdown_timeout=args.shutdown_timeout,
+        insecure_no_auth=args.insecure_no_auth or None,
+    )
+
+
+def _program(argv: Sequence[str]) -> str:
+    """The ``redismem`` subcommand a command line runs (``sh -c 'exec ...'``
+    included)."""
+    words = list(argv)
+    if words[:2] == ["sh", "-c"]:
+        words = shlex.split(words[2])
+    if words[0] == "exec":
+        words = words[1:]
+    assert Path(words[0]).name == "redismem", argv
+    return words[1]
 
 
 # -- compose -----------------------------------------------------------------
@@ -136,7 +229,7 @@ def _is_redismem(service: Mapping[str, Any]) -> bool:
     return "build" in service or str(service.get("image", "")).startswith("redismem")
 
 
-def _is_server(service: Mapping[str, Any]) -> bool:
+def _runs_redis(service: Mapping[str, Any]) -> bool:
     return "redis-server" in _script(service)
 
 
@@ -213,7 +306,14 @@ def test_compose_services_are_well_formed(name: str) -> None:
                 assert (DEPLOY / source).is_file(), f"{service_name}: {source} is missing"
             else:
                 assert source in volumes, f"{service_name}: volume {source} is not declared"
-        if _is_server(service):
+        for secret in service.get("secrets", []):
+            assert secret in (compose.get("secrets") or {}), f"{service_name}: secret {secret}"
+    ignored = (DEPLOY / ".gitignore").read_text().split()
+    for secret in (compose.get("secrets") or {}).values():
+        # A secret file is the deployment's own: made before `up`, never in git.
+        source = secret["file"]
+        assert source.startswith("./") and source[2:] in ignored, source
+        if _runs_redis(service):
             assert any(
                 v.startswith("./redis.conf:") and v.split(":")[1] == CONF_IN_CONTAINER
                 for v in service["volumes"]
@@ -227,7 +327,7 @@ def test_compose_services_are_well_formed(name: str) -> None:
 def test_compose_servers_keep_the_required_settings(name: str) -> None:
     """The server command lines use redis.conf and override none of what it requires."""
     services = load_compose(name)["services"]
-    servers = [s for s in services.values() if _is_server(s)]
+    servers = [s for s in services.values() if _runs_redis(s)]
     assert len(servers) == (1 if name == "compose.yaml" else 7)
     for service in servers:
         settings = _settings(_server_args(service))
@@ -279,19 +379,65 @@ def test_compose_environment_is_known_and_parses(name: str) -> None:
         if not _is_redismem(service):
             assert not any(k.startswith("REDISMEM_") for k in environment), service_name
             continue
-        unknown = set(environment) - set(env.VARIABLES)
-        assert not unknown, f"{service_name}: unknown variables {sorted(unknown)}"
-        # The worker's own parser accepts every value.
-        config = WorkerConfig.from_env(environment)
-        queue = env.text("REDISMEM_QUEUE_URL", environment) or config.url
+        program = _program(_command(service))
+        unknown = set(environment) - set(READS[program])
+        assert not unknown, f"{service_name}: variables redismem {program} ignores: {unknown}"
+        # The process's own parser accepts every value.
+        if program == "serve":
+            settings = serve_settings(_command(service), environment)
+            url, queue = settings.url, settings.queue_url or settings.url
+        else:
+            config = WorkerConfig.from_env(environment)
+            url, queue = config.url, env.text("REDISMEM_QUEUE_URL", environment) or config.url
         assert urlsplit(queue).scheme in QUEUE_SCHEMES, f"{service_name}: queue on {queue}"
         if name == "compose.cluster.yaml":
-            assert config.url.startswith("redis+cluster://")
-            hosts = urlsplit(config.url).netloc.split(",")
+            assert url.startswith("redis+cluster://")
+            hosts = urlsplit(url).netloc.split(",")
             assert all(h.split(":")[0] in services for h in hosts), hosts
     worker = WorkerConfig.from_env(_environment(services["worker"]))
     assert worker.job_timeout == DEFAULT_JOB_TIMEOUT
     assert worker.namespaces == ("redismem",)
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_compose_server_takes_its_keys_from_a_secret_and_checks_readyz_with_curl(
+    name: str,
+) -> None:
+    compose = load_compose(name)
+    services = compose["services"]
+    server = services["server"]
+    environment = _environment(server)
+    settings = serve_settings(_command(server), environment)
+    # Reachable through a published port, so never without API keys.
+    assert not is_loopback(settings.host) and not settings.insecure_no_auth
+    (secret,) = server["secrets"]
+    assert settings.keys_file == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret]["file"] == "./keys.jsonl"
+    # Published on the host's loopback only: the TLS proxy is the way in.
+    (published,) = server["ports"]
+    host, host_port, container_port = str(published).split(":")
+    assert host == "127.0.0.1" and int(container_port) == settings.port
+    assert int(host_port) == nginx_upstream_port()
+    # An HTTP GET of /readyz by curl (installed in the image): no interpreter starts.
+    health = server["healthcheck"]
+    test = health["test"]
+    assert test[:2] == ["CMD", "curl"] and "-fsS" in test, test
+    assert test[-1] == f"http://127.0.0.1:{settings.port}/readyz"
+    assert "curl" in dockerfile_packages()
+    assert _seconds(health["interval"]) >= 5 and health["retries"] >= 2
+    assert _seconds(health["start_period"]) >= 10
+    # Its processes' metrics are merged through files on a tmpfs (empty at each start).
+    assert settings.workers == 1 or environment[MULTIPROC_DIR] in server["tmpfs"]
+    # SIGTERM reaches it (tini) and it may finish the requests in flight.
+    assert server["init"] is True
+    assert _seconds(server["stop_grace_period"]) > settings.shutdown_timeout
+    assert server["restart"] == "unless-stopped"
+    awaited = {t for t, d in server["depends_on"].items() if d["condition"] != "service_started"}
+    assert awaited & {"redis", "cluster-init"}
+    # The same Redis, namespace and queue as the workers.
+    worker = _environment(services["worker"])
+    for variable in SHARED_VARIABLES:
+        assert env.text(variable, environment) == env.text(variable, worker), variable
 
 
 def test_cluster_compose_forms_a_cluster_of_three_masters_and_three_replicas() -> None:
@@ -318,17 +464,36 @@ def test_cluster_compose_forms_a_cluster_of_three_masters_and_three_replicas() -
 # -- Dockerfile ----------------------------------------------------------------
 
 
-def test_dockerfile_installs_the_package_and_bakes_in_no_secret() -> None:
-    lines = [
-        line.strip()
+def dockerfile_lines() -> list[str]:
+    """deploy/Dockerfile's instructions, continuation lines joined, comments left out."""
+    return [
+        " ".join(line.split())
         for line in (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
+
+
+def dockerfile_packages() -> set[str]:
+    """The Debian packages the image installs (``apt-get install``)."""
+    found: set[str] = set()
+    for line in dockerfile_lines():
+        for command in line.removeprefix("RUN ").split("&&"):
+            words = command.split()
+            if words[:2] == ["apt-get", "install"]:
+                found.update(w for w in words[2:] if not w.startswith("-"))
+    return found
+
+
+def test_dockerfile_installs_the_package_and_bakes_in_no_secret() -> None:
+    lines = dockerfile_lines()
     assert lines[0] == "FROM python:3.11-slim"
     copied = [w for line in lines if line.startswith("COPY ") for w in line.split()[1:-1]]
     assert copied and all((ROOT / source).exists() for source in copied), copied
     assert {"pyproject.toml", "README.md", "redismem"} <= set(copied)
-    assert any(line.startswith("RUN pip install .") for line in lines)
+    # The library with the server's dependencies: `redismem serve` runs in it.
+    assert any(line.startswith('RUN pip install ".[server]"') for line in lines), lines
+    assert "curl" in dockerfile_packages()
+    assert "EXPOSE 8080" in lines
     user = [line for line in lines if line.startswith("USER ")]
     assert user and user[-1].split()[1].split(":")[0] not in ("root", "0")
     for line in lines:
@@ -341,11 +506,19 @@ def test_dockerfile_installs_the_package_and_bakes_in_no_secret() -> None:
 
 # -- Kubernetes ------------------------------------------------------------------
 
+#: Stand-ins for the values a pod takes from its Secrets and fields.
+SECRET_STAND_INS = {
+    "REDISMEM_URL": "redis://redismem:PASSWORD@redis:6379/0",
+    "REDISMEM_QUEUE_URL": "redis://redismem:PASSWORD@redis-queue:6379/0",
+}
 
-def load_manifests() -> dict[str, dict[str, Any]]:
-    """Every document under deploy/k8s, by kind; each validated against the
-    Kubernetes API schemas (strict: an unknown field is an error)."""
-    found: dict[str, dict[str, Any]] = {}
+Manifests = dict[tuple[str, str], dict[str, Any]]
+
+
+def load_manifests() -> Manifests:
+    """Every document under deploy/k8s, by (kind, name); each validated
+    against the Kubernetes API schemas (strict: an unknown field is an error)."""
+    found: Manifests = {}
     for path in sorted(K8S_DIR.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             for field in ("apiVersion", "kind", "metadata"):
@@ -353,28 +526,158 @@ def load_manifests() -> dict[str, dict[str, Any]]:
             assert document["metadata"]["name"], path.name
             for version in K8S_VERSIONS:
                 kubernetes_validate.validate(document, version, strict=True)
-            assert document["kind"] not in found, f"two {document['kind']}s"
-            found[document["kind"]] = document
+            key = (document["kind"], document["metadata"]["name"])
+            assert key not in found, f"two {key}"
+            found[key] = document
     return found
 
 
-def _container(manifests: Mapping[str, Any]) -> dict[str, Any]:
-    containers = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
+def _deployment(manifests: Manifests, component: str) -> dict[str, Any]:
+    return manifests[("Deployment", f"redismem-{component}")]
+
+
+def _pod(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(deployment["spec"]["template"]["spec"])
+
+
+def _container(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    containers = _pod(deployment)["containers"]
     assert len(containers) == 1
     return dict(containers[0])
 
 
+def _sources(manifests: Manifests, container: Mapping[str, Any]) -> dict[str, Any]:
+    """Where each variable of the container comes from: ``("ConfigMap",
+    name)``, or its ``env`` entry's ``valueFrom`` (or ``value``)."""
+    found: dict[str, Any] = {}
+    for source in container.get("envFrom", []):
+        name = source["configMapRef"]["name"]
+        for variable in manifests[("ConfigMap", name)]["data"]:
+            found[variable] = ("ConfigMap", name)
+    for entry in container.get("env", []):
+        found[entry["name"]] = entry.get("valueFrom") or entry.get("value")
+    return found
+
+
+def _pod_environment(manifests: Manifests, container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's environment: its ConfigMaps' data, its own values,
+    stand-ins for what comes from a Secret or the pod's fields."""
+    environ: dict[str, str] = {}
+    for variable, source in _sources(manifests, container).items():
+        if isinstance(source, tuple):
+            environ[variable] = manifests[("ConfigMap", source[1])]["data"][variable]
+        elif isinstance(source, dict):
+            environ[variable] = SECRET_STAND_INS.get(variable, "stand-in")
+        else:
+            environ[variable] = str(source)
+    return environ
+
+
+def _references(deployment: Mapping[str, Any]) -> Iterator[tuple[str, str, str | None, bool]]:
+    """Each Secret and ConfigMap the pod uses: (kind, name, key or None, optional)."""
+    pod = _pod(deployment)
+    refs = {"configMapRef": "ConfigMap", "secretRef": "Secret"}
+    key_refs = {"configMapKeyRef": "ConfigMap", "secretKeyRef": "Secret"}
+    for container in pod["containers"]:
+        for source in container.get("envFrom", []):
+            for field, kind in refs.items():
+                if field in source:
+                    ref = source[field]
+                    yield kind, ref["name"], None, bool(ref.get("optional"))
+        for entry in container.get("env", []):
+            for field, kind in key_refs.items():
+                ref = entry.get("valueFrom", {}).get(field)
+                if ref:
+                    yield kind, ref["name"], ref["key"], bool(ref.get("optional"))
+    for volume in pod.get("volumes", []):
+        for field, kind, name_field in (
+            ("secret", "Secret", "secretName"),
+            ("configMap", "ConfigMap", "name"),
+        ):
+            if field in volume:
+                source = volume[field]
+                optional = bool(source.get("optional"))
+                items = source.get("items")
+                if not items:
+                    yield kind, source[name_field], None, optional
+                for item in items or ():
+                    yield kind, source[name_field], item["key"], optional
+
+
+_CREATE_SECRET = ["kubectl", "create", "secret", "generic"]
+
+
+def created_secrets(texts: Sequence[str]) -> dict[str, set[str]]:
+    """The Secrets that ``kubectl create secret generic NAME --from-...``
+    commands in ``texts`` make, with their keys (``--from-literal=KEY=...``,
+    ``--from-file=KEY=PATH``, ``--from-file=PATH``: the file's name)."""
+    found: dict[str, set[str]] = {}
+    for text in texts:
+        for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+            if " ".join(_CREATE_SECRET) not in line:
+                continue
+            words = shlex.split(line[line.index(_CREATE_SECRET[0]) :], comments=True)
+            words = words[: words.index("|")] if "|" in words else words
+            assert words[:4] == _CREATE_SECRET, line
+            keys = found.setdefault(words[4], set())
+            for word in words[5:]:
+                option, _, value = word.partition("=")
+                if option == "--from-literal":
+                    keys.add(value.split("=", 1)[0])
+                elif option == "--from-file":
+                    keys.add(value.split("=", 1)[0] if "=" in value else Path(value).name)
+    return found
+
+
+def _shell_blocks(markdown: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", markdown, flags=re.DOTALL)
+
+
+def _comments(text: str) -> str:
+    """A YAML file's comment lines, without their ``#``."""
+    return "\n".join(line.strip()[1:] for line in text.splitlines() if line.strip().startswith("#"))
+
+
+def kit_secrets() -> dict[str, set[str]]:
+    """The Secrets the kit tells you to create (the README's shell blocks,
+    the manifests' comments), with their keys."""
+    texts = _shell_blocks(README.read_text())
+    texts += [_comments(path.read_text()) for path in sorted(K8S_DIR.glob("*.yaml"))]
+    return created_secrets(texts)
+
+
+_NAMED = re.compile(r"\b(Secret|ConfigMap)s?\s+`?(redismem[\w-]*)")
+
+
+def named_in_prose(text: str) -> set[tuple[str, str]]:
+    """The Secrets and ConfigMaps ``text`` names (``the Secret `NAME```,
+    ``ConfigMap NAME``)."""
+    return {(kind, name) for kind, name in _NAMED.findall(text)}
+
+
 def test_k8s_schema_check_is_real() -> None:
     manifests = load_manifests()
-    assert set(manifests) == {"ConfigMap", "Deployment", "PodDisruptionBudget"}
-    bad = yaml.safe_load((K8S_DIR / "deployment.yaml").read_text())
-    bad["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["periodSecond"] = 5
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, K8S_VERSIONS[-1], strict=True)
+    assert set(manifests) == {
+        ("ConfigMap", "redismem"),
+        ("ConfigMap", "redismem-server"),
+        ("ConfigMap", "redismem-worker"),
+        ("Deployment", "redismem-server"),
+        ("Deployment", "redismem-worker"),
+        ("PodDisruptionBudget", "redismem-server"),
+        ("PodDisruptionBudget", "redismem-worker"),
+        ("Service", "redismem-server"),
+    }
+    for name in ("worker.yaml", "server.yaml"):
+        bad = next(yaml.safe_load_all((K8S_DIR / name).read_text()))
+        bad["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["periodSecond"] = 5
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(bad, K8S_VERSIONS[-1], strict=True)
 
 
 def test_k8s_worker_probes_check_this_worker() -> None:
-    container = _container(load_manifests())
+    # The worker has no HTTP endpoint of its own yet: its probes run
+    # `redismem worker --check` (a Python start each time, at 10-20 s periods).
+    container = _container(_deployment(load_manifests(), "worker"))
     assert container["command"] == ["redismem", "worker"]
     check = ["redismem", "worker", "--check", "$REDISMEM_WORKER_NAME"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -389,14 +692,16 @@ def test_k8s_worker_probes_check_this_worker() -> None:
     assert name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
 
-def test_k8s_settings_come_from_the_configmap_and_a_secret() -> None:
+def test_k8s_worker_settings_come_from_the_configmaps_and_a_secret() -> None:
     manifests = load_manifests()
-    container = _container(manifests)
-    configmap = manifests["ConfigMap"]
+    deployment = _deployment(manifests, "worker")
+    container = _container(deployment)
     refs = [e["configMapRef"]["name"] for e in container["envFrom"]]
-    assert refs == [configmap["metadata"]["name"]]
-    data: dict[str, str] = configmap["data"]
-    assert set(data) <= set(env.VARIABLES), set(data) - set(env.VARIABLES)
+    assert refs == ["redismem", "redismem-worker"]
+    data: dict[str, str] = {}
+    for ref in refs:
+        data.update(manifests[("ConfigMap", ref)]["data"])
+    assert set(data) <= set(env.WORKER_VARIABLES), set(data) - set(env.WORKER_VARIABLES)
     secret_names = {"REDISMEM_URL", "REDISMEM_QUEUE_URL", "REDISMEM_LLM_API_KEY"}
     assert not secret_names & set(data), "credentials belong in the Secret"
     from_secret = {
@@ -408,28 +713,181 @@ def test_k8s_settings_come_from_the_configmap_and_a_secret() -> None:
     assert all(ref["key"] == name for name, ref in from_secret.items())
     assert not from_secret["REDISMEM_URL"].get("optional", False)
     assert all(not e.get("value") for e in container["env"]), "no literal values in env"
-    config = WorkerConfig.from_env({**data, "REDISMEM_URL": "redis://redis:6379/0"})
-    pod = manifests["Deployment"]["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] > max(config.job_timeout, DEFAULT_JOB_TIMEOUT)
+    environ = _pod_environment(manifests, container)
+    assert set(environ) <= set(env.WORKER_VARIABLES)
+    config = WorkerConfig.from_env(environ)
+    assert _pod(deployment)["terminationGracePeriodSeconds"] > max(
+        config.job_timeout, DEFAULT_JOB_TIMEOUT
+    )
 
 
-def test_k8s_deployment_pdb_and_resources() -> None:
+def test_k8s_server_runs_on_its_port_with_the_keys_file_of_a_secret() -> None:
     manifests = load_manifests()
-    deployment = manifests["Deployment"]
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
-    selector = deployment["spec"]["selector"]["matchLabels"]
-    assert selector.items() <= labels.items()
-    pdb = manifests["PodDisruptionBudget"]
-    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert pdb["spec"]["maxUnavailable"] < deployment["spec"]["replicas"]
-    resources = _container(manifests)["resources"]
-    assert resources["requests"]["cpu"] and resources["requests"]["memory"]
-    assert resources["limits"]["memory"]
-    security = deployment["spec"]["template"]["spec"]["securityContext"]
-    assert security["runAsNonRoot"] is True
+    deployment = _deployment(manifests, "server")
+    pod, container = _pod(deployment), _container(deployment)
+    environ = _pod_environment(manifests, container)
+    unknown = set(environ) - set(env.SERVER_VARIABLES)
+    assert not unknown, f"variables redismem serve ignores: {unknown}"
+    settings = serve_settings(container["command"], environ)
+    assert not is_loopback(settings.host) and not settings.insecure_no_auth
+    # One process per pod: a scrape of the pod reads all of its metrics.
+    assert settings.workers == 1 or MULTIPROC_DIR in environ
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": settings.port}
+    # The keys file is a file of a Secret's volume, mounted read-only,
+    # readable by the pod's user.
+    keys_file = Path(str(settings.keys_file))
+    mount = {m["mountPath"]: m for m in container["volumeMounts"]}[str(keys_file.parent)]
+    assert mount["readOnly"] is True
+    volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
+    items = {item["path"]: item["key"] for item in volume["secret"]["items"]}
+    assert items[keys_file.name] == "keys.jsonl"
+    mode = volume["secret"]["defaultMode"]
+    security = pod["securityContext"]
+    assert mode & 0o004 or (mode & 0o040 and security["fsGroup"] == security["runAsGroup"])
+    assert not mode & 0o022
+    # Credentials from the Secret, no literal value; the namespace, queue and
+    # Redis from the same places as the workers'.
+    assert all(not e.get("value") for e in container["env"]), "no literal values in env"
+    server_sources = _sources(manifests, container)
+    worker_sources = _sources(manifests, _container(_deployment(manifests, "worker")))
+    for variable in SHARED_VARIABLES:
+        assert server_sources[variable] == worker_sources[variable], variable
+    assert not server_sources["REDISMEM_URL"]["secretKeyRef"].get("optional", False)
+
+
+def test_k8s_server_probes_are_http_gets_of_healthz_and_readyz() -> None:
+    manifests = load_manifests()
+    deployment = _deployment(manifests, "server")
+    container = _container(deployment)
+    settings = serve_settings(container["command"], _pod_environment(manifests, container))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+
+    def port(ref: str | int) -> int:
+        return ports[ref] if isinstance(ref, str) else ref
+
+    expected = {
+        "startupProbe": "/healthz",
+        "livenessProbe": "/healthz",
+        "readinessProbe": "/readyz",
+    }
+    for probe, path in expected.items():
+        spec = container[probe]
+        assert not {"exec", "grpc", "tcpSocket"} & set(spec), f"{probe}: an HTTP GET only"
+        get = spec["httpGet"]
+        assert get["path"] == path and port(get["port"]) == settings.port, probe
+        assert get.get("scheme", "HTTP") == "HTTP"
+    # A blip of Redis does not take every pod out of the Service at once,
+    # and a slow start is not killed.
+    readiness, startup = container["readinessProbe"], container["startupProbe"]
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] >= 10
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 20
+    # SIGTERM: the preStop pause (no Python either), then the drain, within
+    # the grace period.
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep", pre_stop
+    grace = _pod(deployment)["terminationGracePeriodSeconds"]
+    assert grace > float(pre_stop[1]) + settings.shutdown_timeout
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == settings.port
+    assert annotations["prometheus.io/path"] == "/metrics"
+    service = manifests[("Service", "redismem-server")]
+    (service_port,) = service["spec"]["ports"]
+    assert port(service_port["targetPort"]) == settings.port
+
+
+def test_k8s_every_secret_and_configmap_used_is_defined_or_created() -> None:
+    """What a Deployment uses exists: a ConfigMap of the kit, or a Secret the
+    kit tells you to create, with each key it reads; and the prose names no
+    other (a comment naming a Secret the manifests do not use is drift)."""
+    manifests = load_manifests()
+    configmaps = {n: set(d.get("data", {})) for (k, n), d in manifests.items() if k == "ConfigMap"}
+    secrets = kit_secrets()
+    assert set(secrets) == {"redismem-secrets", "redismem-api-keys"}, secrets
+    defined = {"ConfigMap": configmaps, "Secret": secrets}
+    used: dict[tuple[str, str], set[str]] = {}
+    for (kind, name), document in manifests.items():
+        if kind != "Deployment":
+            continue
+        for ref_kind, ref_name, key, optional in _references(document):
+            assert ref_name in defined[ref_kind], (
+                f"{name} uses the {ref_kind} {ref_name}, which the kit neither defines nor "
+                "tells you to create"
+            )
+            keys = used.setdefault((ref_kind, ref_name), set())
+            if key is None:
+                keys.update(defined[ref_kind][ref_name])
+                continue
+            keys.add(key)
+            assert optional or key in defined[ref_kind][ref_name], (name, ref_name, key)
+    for kind, names in defined.items():
+        for name, keys in names.items():
+            assert (kind, name) in used, f"the {kind} {name} is used by no Deployment"
+            unused = keys - used[(kind, name)]
+            assert not unused, f"{kind} {name}: keys no Deployment reads: {unused}"
+    paths = [
+        p for p in DEPLOY.rglob("*") if p.is_file() and p.suffix in {".md", ".yaml", ".service"}
+    ]
+    for path in paths:
+        for kind, name in named_in_prose(path.read_text()):
+            assert name in defined[kind], f"{path.relative_to(DEPLOY)} names the {kind} {name}"
+    # The checks are real: the drift issue 23 found is caught.
+    assert named_in_prose("come from the Secret `redismem-redis` instead") == {
+        ("Secret", "redismem-redis")
+    }
+    assert created_secrets(
+        [
+            "kubectl create secret generic s \\\n  --from-literal=A='x=1' \\\n"
+            "  --from-file=k.jsonl --from-file=B=b.txt # c"
+        ]
+    ) == {"s": {"A", "k.jsonl", "B"}}
+
+
+def test_k8s_deployments_pdbs_and_resources() -> None:
+    manifests = load_manifests()
+    for component in ("server", "worker"):
+        deployment = _deployment(manifests, component)
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/component"] == component
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= labels.items()
+        pdb = manifests[("PodDisruptionBudget", f"redismem-{component}")]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert pdb["spec"]["maxUnavailable"] < deployment["spec"]["replicas"]
+        assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+        container = _container(deployment)
+        resources = container["resources"]
+        assert resources["requests"]["cpu"] and resources["requests"]["memory"]
+        assert resources["limits"]["memory"]
+        pod = _pod(deployment)
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["automountServiceAccountToken"] is False
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # The Service reaches the servers and nothing else.
+    service = manifests[("Service", "redismem-server")]["spec"]["selector"]
+    for component in ("server", "worker"):
+        labels = _deployment(manifests, component)["spec"]["template"]["metadata"]["labels"]
+        assert (service.items() <= labels.items()) == (component == "server")
 
 
 # -- systemd -------------------------------------------------------------------
+
+UNITS = {"redismem-worker@1.service": WORKER_UNIT, "redismem-server.service": SERVER_UNIT}
+#: The sandboxing both units share.
+HARDENING = {
+    "DynamicUser": "yes",
+    "NoNewPrivileges": "yes",
+    "PrivateTmp": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateDevices": "yes",
+    "CapabilityBoundingSet": "",
+    "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+    "SystemCallArchitectures": "native",
+    "UMask": "0077",
+}
 
 
 def parse_unit(text: str) -> dict[str, list[tuple[str, str]]]:
@@ -449,47 +907,289 @@ def parse_unit(text: str) -> dict[str, list[tuple[str, str]]]:
     return sections
 
 
-def test_systemd_unit_runs_a_named_worker() -> None:
-    unit = parse_unit(UNIT.read_text())
+def _all(pairs: list[tuple[str, str]], key: str) -> list[str]:
+    return [value for k, value in pairs if k == key]
+
+
+def test_systemd_worker_unit_runs_a_named_worker() -> None:
+    unit = parse_unit(WORKER_UNIT.read_text())
     assert set(unit) == {"Unit", "Service", "Install"}
     service = dict(unit["Service"])
     command = shlex.split(service["ExecStart"])
     assert Path(command[0]).name == "redismem" and Path(command[0]).is_absolute()
     assert command[1:] == ["worker", "--name", "%H-%i"]
-    assert service["EnvironmentFile"].startswith("/etc/")
+    parse_command(command)
+    # What the server shares, if it is there, then the worker's own (required).
+    files = _all(unit["Service"], "EnvironmentFile")
+    assert files == ["-/etc/redismem/redismem.env", "/etc/redismem/worker.env"]
     assert service["Restart"] in ("always", "on-failure")
     assert _seconds(service["TimeoutStopSec"]) > DEFAULT_JOB_TIMEOUT
-    assert service["DynamicUser"] == "yes" and service["NoNewPrivileges"] == "yes"
     assert dict(unit["Install"])["WantedBy"] == "multi-user.target"
     assert "network-online.target" in dict(unit["Unit"])["After"]
 
 
+def test_systemd_server_unit_serves_on_loopback_with_its_keys_as_a_credential() -> None:
+    unit = parse_unit(SERVER_UNIT.read_text())
+    assert set(unit) == {"Unit", "Service", "Install"}
+    service = dict(unit["Service"])
+    command = shlex.split(service["ExecStart"])
+    assert Path(command[0]).is_absolute()
+    credentials = "/run/credentials/redismem-server.service"  # what %d stands for
+    argv = [word.replace("%d", credentials) for word in command]
+    settings = serve_settings(argv, {"REDISMEM_URL": "redis://127.0.0.1:6379/0"})
+    # The proxy on this host is the way in; keys all the same.
+    assert is_loopback(settings.host) and not settings.insecure_no_auth
+    assert settings.port == nginx_upstream_port()
+    name, source = service["LoadCredential"].split(":", 1)
+    assert settings.keys_file == f"{credentials}/{name}"
+    assert source.startswith("/etc/redismem/")
+    files = _all(unit["Service"], "EnvironmentFile")
+    assert files == ["-/etc/redismem/redismem.env", "-/etc/redismem/server.env"]
+    # Its processes' metrics are merged through files in a directory systemd
+    # empties at each start.
+    if settings.workers > 1:
+        assert _all(unit["Service"], "Environment") == [
+            f"{MULTIPROC_DIR}=%t/{service['RuntimeDirectory']}"
+        ]
+    # SIGTERM to uvicorn's supervisor, which stops its processes; they drain.
+    assert service["KillSignal"] == "SIGTERM" and service["KillMode"] == "mixed"
+    assert _seconds(service["TimeoutStopSec"]) > settings.shutdown_timeout
+    assert service["Restart"] == "always"
+    assert dict(unit["Install"])["WantedBy"] == "multi-user.target"
+    assert "network-online.target" in dict(unit["Unit"])["After"]
+
+
+def test_systemd_units_are_sandboxed_alike() -> None:
+    sandboxes = []
+    for path in UNITS.values():
+        pairs = parse_unit(path.read_text())["Service"]
+        service = dict(pairs)
+        for key, value in HARDENING.items():
+            assert service.get(key) == value, (path.name, key)
+        assert _all(pairs, "SystemCallFilter") == ["@system-service", "~@privileged"]
+        sandboxes.append(
+            sorted((k, v) for k, v in pairs if k.startswith(("Protect", "Restrict", "Private")))
+        )
+    assert sandboxes[0] == sandboxes[1]
+
+
 @pytest.mark.processes
-def test_systemd_unit_verifies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("instance", sorted(UNITS))
+def test_systemd_unit_verifies(instance: str, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
     redismem = shutil.which("redismem", path=str(Path(sys.executable).parent))
     assert redismem is not None
+    unit = UNITS[instance]
     # verify checks that ExecStart's program exists: use this environment's.
-    text = UNIT.read_text().replace("/opt/redismem/bin/redismem", redismem)
-    (tmp_path / UNIT.name).write_text(text)
+    text = unit.read_text().replace("/opt/redismem/bin/redismem", redismem)
+    (tmp_path / unit.name).write_text(text)
     result = subprocess.run(
-        [analyze, "verify", str(tmp_path / "redismem-worker@1.service")],
+        [analyze, "verify", str(tmp_path / instance)],
         capture_output=True,
         text=True,
         timeout=30,
     )
     # It reports unknown keys and unparsable values on stderr, exit code 0.
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
-    (tmp_path / UNIT.name).write_text(text.replace("Restart=", "Restrat="))
+    (tmp_path / unit.name).write_text(text.replace("Restart=", "Restrat="))
     result = subprocess.run(
-        [analyze, "verify", str(tmp_path / "redismem-worker@1.service")],
+        [analyze, "verify", str(tmp_path / instance)],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert "Restrat" in result.stderr
+
+
+# -- nginx -----------------------------------------------------------------------
+
+
+@dataclass
+class Directive:
+    """One nginx directive: its name, arguments and block (None: a simple one)."""
+
+    name: str
+    args: list[str]
+    block: list[Directive] | None = None
+
+    def all(self, name: str) -> list[Directive]:
+        return [d for d in self.block or () if d.name == name]
+
+    def one(self, name: str) -> Directive:
+        (found,) = self.all(name)
+        return found
+
+    def location(self, *args: str) -> Directive:
+        (found,) = [d for d in self.all("location") if d.args == list(args)]
+        return found
+
+
+_NGINX_TOKEN = re.compile(r"#[^\n]*|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{};]|[^\s{};]+")
+
+
+def parse_nginx(text: str) -> Directive:
+    """An nginx configuration as a tree of directives (a block named ``""``
+    holds the top level)."""
+    tokens = [t for t in _NGINX_TOKEN.findall(text) if not t.startswith("#")]
+    position = 0
+
+    def block(closing: bool) -> list[Directive]:
+        nonlocal position
+        found: list[Directive] = []
+        words: list[str] = []
+        while position < len(tokens):
+            token = tokens[position]
+            position += 1
+            if token == ";":
+                found.append(Directive(words[0], words[1:]))
+                words = []
+            elif token == "{":
+                found.append(Directive(words[0], words[1:], block(closing=True)))
+                words = []
+            elif token == "}":
+                assert closing and not words, "unbalanced }"
+                return found
+            else:
+                words.append(token[1:-1] if token[0] in "\"'" else token)
+        assert not closing and not words, "unterminated block or directive"
+        return found
+
+    return Directive("", [], block(closing=False))
+
+
+def _nginx() -> Directive:
+    return parse_nginx(NGINX_CONF.read_text())
+
+
+def nginx_upstream_port() -> int:
+    """The port of the server the proxy passes to (on this host)."""
+    upstream = _nginx().one("upstream")
+    (server,) = upstream.all("server")
+    host, port = server.args[0].rsplit(":", 1)
+    assert host == "127.0.0.1"
+    return int(port)
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+    number, unit = re.fullmatch(r"(\d+)([kmg]?)", text.lower()).groups()  # type: ignore[union-attr]
+    return int(number) * units[unit]
+
+
+def test_nginx_terminates_tls_and_passes_the_server_on() -> None:
+    conf = _nginx()
+    upstream = conf.one("upstream")
+    assert int(upstream.one("keepalive").args[0]) > 0
+    servers = conf.all("server")
+    plain = [s for s in servers if not any("ssl" in d.args for d in s.all("listen"))]
+    tls = [s for s in servers if s not in plain]
+    assert len(plain) == 1 and len(tls) == 1
+    # HTTP only redirects, keeping the method (a POST with a key is not
+    # replayed as a GET).
+    (redirect,) = plain
+    assert [d.name for d in redirect.block or ()] == ["listen", "listen", "server_name", "return"]
+    code, target = redirect.one("return").args
+    assert code in ("301", "308") and target.startswith("https://")
+    (https,) = tls
+    assert set(https.one("ssl_protocols").args) <= {"TLSv1.2", "TLSv1.3"}
+    assert https.one("ssl_certificate").args and https.one("ssl_certificate_key").args
+    assert "Strict-Transport-Security" in https.one("add_header").args
+    # Bodies the server refuses itself get its JSON 413: the proxy's limit is higher.
+    assert _size(https.one("client_max_body_size").args[0]) > DEFAULT_MAX_BODY
+    # Kept-alive HTTP/1.1 to the server, with the caller's address and scheme.
+    assert https.one("proxy_http_version").args == ["1.1"]
+    headers = {d.args[0]: d.args[1] for d in https.all("proxy_set_header")}
+    assert headers["Connection"] == ""
+    assert headers["X-Forwarded-Proto"] == "$scheme"
+    assert headers["X-Forwarded-For"] == "$proxy_add_x_forwarded_for"
+    passed = f"http://{upstream.args[0]}"
+    assert https.location("/").one("proxy_pass").args == [passed]
+    mcp = https.location("/mcp")
+    assert mcp.one("proxy_pass").args == [passed]
+    assert mcp.one("proxy_buffering").args == ["off"]
+    assert _seconds(mcp.one("proxy_read_timeout").args[0]) >= 600
+    # /metrics (and anything under it) stays inside.
+    assert https.location("^~", "/metrics").one("return").args == ["404"]
+
+
+def test_nginx_parser_is_real() -> None:
+    conf = parse_nginx("a 1; b \"x y\" { c; d { e 'f;'; } } # g {")
+    assert conf.block == [
+        Directive("a", ["1"]),
+        Directive("b", ["x y"], [Directive("c", []), Directive("d", [], [Directive("e", ["f;"])])]),
+    ]
+    for bad in ("a {", "a; }", "a"):
+        with pytest.raises(AssertionError):
+            parse_nginx(bad)
+
+
+def _local_nginx(directory: Path, *, upstream: int, http: int, https: int) -> Path:
+    """deploy/nginx/redismem.conf, runnable here by a user: its server on
+    ``upstream``, listening on 127.0.0.1 ``http`` and ``https``, with a
+    certificate for 127.0.0.1 made for the test (``directory/cert.pem``); the
+    main configuration that includes it."""
+    if OPENSSL is None:
+        pytest.skip("openssl is not installed")
+    subprocess.run(
+        [
+            *(OPENSSL, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(directory / "key.pem"), "-out", str(directory / "cert.pem")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    site = NGINX_CONF.read_text()
+    for old, new in (
+        ("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream};"),
+        ("listen 80;", f"listen 127.0.0.1:{http};"),
+        ("listen [::]:80;", ""),
+        ("listen 443 ssl;", f"listen 127.0.0.1:{https} ssl;"),
+        ("listen [::]:443 ssl;", ""),
+        ("/etc/ssl/redismem/fullchain.pem", str(directory / "cert.pem")),
+        ("/etc/ssl/redismem/privkey.pem", str(directory / "key.pem")),
+    ):
+        assert site.count(old) == 1, old
+        site = site.replace(old, new)
+    (directory / "site.conf").write_text(site)
+    main = directory / "nginx.conf"
+    main.write_text(
+        f"pid {directory / 'nginx.pid'};\nerror_log stderr;\nevents {{}}\nhttp {{\n"
+        f"  access_log off;\n"
+        + "".join(
+            f"  {kind}_temp_path {directory / kind};\n"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        + f"  include {directory / 'site.conf'};\n}}\n"
+    )
+    return main
+
+
+@pytest.mark.processes
+def test_nginx_accepts_the_configuration(tmp_path: Path) -> None:
+    if NGINX is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    main = _local_nginx(tmp_path, upstream=free_port(), http=free_port(), https=free_port())
+    result = subprocess.run(
+        [NGINX, "-t", "-q", "-p", str(tmp_path), "-c", str(main)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    (tmp_path / "site.conf").write_text(
+        (tmp_path / "site.conf").read_text().replace("proxy_buffering", "proxy_bufering")
+    )
+    result = subprocess.run(
+        [NGINX, "-t", "-q", "-p", str(tmp_path), "-c", str(main)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode != 0 and "proxy_bufering" in result.stderr
 
 
 # -- redis.conf ------------------------------------------------------------------
@@ -678,15 +1378,83 @@ def test_cluster_compose_forms_its_cluster_as_written(tmp_path: Path) -> None:
 
 
 def test_readme_describes_every_file() -> None:
-    readme = (DEPLOY / "README.md").read_text()
+    readme = README.read_text()
     for path in sorted(DEPLOY.rglob("*")):
-        if path.is_file() and path.name != "README.md":
+        if path.is_file() and path.name != "README.md" and path.name != "keys.jsonl":
             relative = path.relative_to(DEPLOY)
             assert str(relative) in readme or path.name in readme, relative
     for command in (
         "docker compose -f deploy/compose.yaml up --build",
         "docker compose -f deploy/compose.cluster.yaml up --build",
         "kubectl apply -f deploy/k8s/",
-        "systemctl enable --now redismem-worker@",
+        "systemctl enable --now redismem-server redismem-worker@",
+        "redismem keys create --namespace NS --role write",
     ):
         assert command in readme, command
+    assert "**TLS is left to a reverse proxy**" in readme
+
+
+def _redismem_commands(text: str) -> list[list[str]]:
+    """The ``redismem keys ...`` and ``redismem serve ...`` command lines of
+    shell text (continuations joined; comments, and anything after a pipe or
+    ``&&``, left out; the program by any path)."""
+    found = []
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        if not re.search(r"(^|[\s/])redismem (keys|serve)\b", line):
+            continue
+        words = shlex.split(line, comments=True)
+        starts = [i for i, w in enumerate(words) if Path(w).name == "redismem"]
+        for start in starts:
+            rest = words[start:]
+            end = next((i for i, w in enumerate(rest) if w in ("|", "&&", ";")), len(rest))
+            found.append(rest[:end])
+    return found
+
+
+def test_readme_and_comment_commands_parse() -> None:
+    """Every ``redismem keys`` and ``redismem serve`` command the kit shows
+    (the README's shell blocks, the files' comments) is one the command accepts."""
+    texts = _shell_blocks(README.read_text())
+    for path in sorted(DEPLOY.rglob("*")):
+        if path.is_file() and path.suffix in {".yaml", ".service", ".conf", ""}:
+            texts.append(_comments(path.read_text()))
+    seen = set()
+    for text in texts:
+        for argv in _redismem_commands(text):
+            if argv[1:2] in (["keys"], ["serve"]):
+                args = parse_command(argv)
+                seen.add(tuple(argv[1:3]))
+                if args.command == "keys":
+                    assert args.role == "write" and args.file, argv
+    assert {("keys", "create")} <= seen, seen
+
+
+def test_readme_scrape_configs_reach_the_servers_metrics() -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    configs = [yaml.safe_load(b) for b in blocks if "scrape_configs" in b]
+    jobs = {job["job_name"]: job for config in configs for job in config["scrape_configs"]}
+    static = jobs["redismem-server"]
+    assert static["metrics_path"] == "/metrics"
+    (target,) = static["static_configs"][0]["targets"]
+    assert target == f"127.0.0.1:{nginx_upstream_port()}"
+    # The pod job keeps the annotations the server's pods carry.
+    annotations = _deployment(load_manifests(), "server")["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    relabels = jobs["redismem-pods"]["relabel_configs"]
+    used = {
+        label.removeprefix("__meta_kubernetes_pod_annotation_")
+        for rule in relabels
+        for label in rule["source_labels"]
+        if label.startswith("__meta_kubernetes_pod_annotation_")
+    }
+    assert used == {re.sub(r"[^a-z0-9]", "_", name) for name in annotations}
+    keep = relabels[0]
+    assert keep["action"] == "keep" and keep["regex"] == annotations["prometheus.io/scrape"]
+    address = next(r for r in relabels if r.get("target_label") == "__address__")
+    rewritten = re.sub(
+        f"^(?:{address['regex']})$",
+        address["replacement"].replace("$", "\\"),
+        f"10.0.0.7:1234;{annotations['prometheus.io/port']}",
+    )
+    assert rewritten == f"10.0.0.7:{annotations['prometheus.io/port']}"
