@@ -163,6 +163,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
 def _mount_extras(app: FastAPI, settings: ServerSettings) -> None:
     """Mounts beside the API: MCP (streamable HTTP) at ``/mcp`` and the
     Prometheus scrape endpoint at ``/metrics``."""
+    from redismem.server import mcp
+
+    mcp.mount(app, app.state.gate)
 
 
 def create_app_from_env() -> FastAPI:

@@ -1,4 +1,4 @@
-"""The server's commands: ``redismem serve`` and ``redismem keys``.
+"""The server's commands: ``redismem serve``, ``redismem keys`` and ``redismem mcp``.
 
 ``redismem/cli.py`` adds them with ``add_commands(sub)``. Nothing heavy is
 imported here: FastAPI and uvicorn only when a command runs, with a
@@ -131,6 +131,25 @@ def add_commands(sub: Any) -> None:
     _verbose(listing)
     listing.set_defaults(run=_keys_list)
 
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the memory as MCP tools over stdio, for desktop and IDE agents",
+        description="Serve the memory's MCP tools over stdin/stdout until the client closes "
+        "them: the command an MCP client (Claude Desktop, Cursor...) starts. Redis is "
+        "connected on the first tool call. Over HTTP, redismem serve has them at /mcp. "
+        "See docs/mcp.md.",
+    )
+    mcp.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
+    mcp.add_argument(
+        "--queue-url", help="queue Redis URL (default $REDISMEM_QUEUE_URL, else the memory URL)"
+    )
+    mcp.add_argument("--namespace", help="namespace (default $REDISMEM_NAMESPACE or redismem)")
+    mcp.add_argument(
+        "--user", default="default", help="the tools' default user id (default 'default')"
+    )
+    _verbose(mcp)
+    mcp.set_defaults(run=_mcp)
+
 
 def _keys_file(args: argparse.Namespace) -> Path:
     path = args.file or env.text("REDISMEM_API_KEYS_FILE")
@@ -159,6 +178,21 @@ def _keys_list(args: argparse.Namespace) -> int:
     path = _keys_file(args)
     for record in load_keys(path).values():
         print(f"{record.id}  {record.namespace}  {record.role}  {record.name}".rstrip())
+    return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from redismem.server.mcp import serve_stdio
+
+    options: dict[str, Any] = {}
+    if args.queue_url:
+        options["queue_url"] = args.queue_url
+    queue_name = env.text("REDISMEM_QUEUE_NAME")
+    if queue_name:
+        options["queue_name"] = queue_name  # the workers' queue: clients must match
+    asyncio.run(serve_stdio(url=args.url, namespace=args.namespace, user_id=args.user, **options))
     return 0
 
 
