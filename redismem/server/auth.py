@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from redismem.client import Memory
 from redismem.server.apikeys import ROLES, KeyRing, Role, allows
@@ -118,21 +119,35 @@ def _check(request: Request, namespace: str, role: Role) -> Principal:
     return principal
 
 
-def principal_for(role: Role) -> Callable[[Request, str], Awaitable[Principal]]:
+#: How the OpenAPI document says a key is sent (the gate reads the headers
+#: itself, for every front end alike).
+_BEARER = HTTPBearer(auto_error=False, description="an API key, rmk_<id>_<secret>")
+_API_KEY = APIKeyHeader(
+    name="X-API-Key", auto_error=False, description="the same key, in this header instead"
+)
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+KeyHeader = Annotated[str | None, Security(_API_KEY)]
+
+
+def principal_for(role: Role) -> Callable[..., Awaitable[Principal]]:
     """A dependency giving the caller, allowed ``role`` on the path's namespace."""
 
-    async def dependency(request: Request, namespace: str) -> Principal:
+    async def dependency(
+        request: Request, namespace: str, bearer: Bearer = None, key: KeyHeader = None
+    ) -> Principal:
         return _check(request, namespace, role)
 
     dependency.__name__ = f"{role}_principal"
     return dependency
 
 
-def memory_for(role: Role) -> Callable[[Request, str], Awaitable[Memory]]:
+def memory_for(role: Role) -> Callable[..., Awaitable[Memory]]:
     """A dependency giving the path's namespace's ``Memory``, for a caller
     allowed ``role`` there."""
 
-    async def dependency(request: Request, namespace: str) -> Memory:
+    async def dependency(
+        request: Request, namespace: str, bearer: Bearer = None, key: KeyHeader = None
+    ) -> Memory:
         _check(request, namespace, role)
         return await gate_of(request).namespaces.get(namespace)
 
