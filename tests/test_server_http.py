@@ -43,8 +43,11 @@ TOOL_TURN: list[dict[str, Any]] = [
 ]
 
 
-def messages_url(server: RunningServer, user: str, session: str, ns: str | None = None) -> str:
-    return f"{server.api(ns)}/users/{user}/sessions/{session}/messages"
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"k": value}
+    return value
 
 
 @pytest.fixture
@@ -380,6 +383,9 @@ def test_malformed_json_is_400_or_422_and_changes_nothing(api: httpx.Client, raw
         {"messages": [{"role": "user", "content": "x"}], "created_at": "yesterday"},
         {"messages": [{"role": "user", "content": "x"}], "extra": 1},
         {"messages": [{"role": "user", "content": "x", "metadata": {"n": float("inf")}}]},
+        {"messages": [{"role": "user", "content": "lone \ud800 surrogate"}]},
+        {"messages": [{"role": "user", "content": "x", "metadata": nested(40)}]},
+        {"messages": [{"role": "user", "content": "x"}], "tags": {"k": "\udc00"}},
     ],
     ids=[
         "no-messages",
@@ -391,6 +397,9 @@ def test_malformed_json_is_400_or_422_and_changes_nothing(api: httpx.Client, raw
         "bad-time",
         "unknown-field",
         "infinite-metadata",
+        "surrogate-content",
+        "metadata-too-deep",
+        "surrogate-tag",
     ],
 )
 def test_invalid_bodies_are_422_with_the_error_body_and_change_nothing(
