@@ -282,12 +282,19 @@ def test_search_with_every_filter_after_flush(
     assert sunny[0]["tags"] == {"topic": "weather"}
 
 
-def test_flush_without_a_body_waits_for_everyone(api: httpx.Client) -> None:
-    # Nothing written in these namespaces since the worker of the test before
-    # stopped: nothing to wait for.
-    response = api.post("/flush", json={"timeout": 1})
-    assert response.status_code == 200
-    assert response.json() == {"done": True}
+def test_flush_of_everyone_with_or_without_a_body(api: httpx.Client) -> None:
+    # Nothing is due in these namespaces (each test's keys are deleted after
+    # it): nothing to wait for.
+    for response in (api.post("/flush"), api.post("/flush", json={"timeout": 1})):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"done": True}
+    user = new_id()
+    assert append(api, user, new_id("s"), {"messages": [{"role": "user", "content": "x"}]})
+    # No worker: the write's indexing stays due.
+    response = api.post("/flush", json={"user_id": user, "timeout": 0.2})
+    assert response.json() == {"done": False}
+    too_long = api.post("/flush", json={"timeout": 301})
+    assert too_long.status_code == 422
 
 
 def test_search_refuses_unknown_fields_and_naive_times(api: httpx.Client) -> None:
