@@ -108,6 +108,7 @@ from redismem.summarization.summarizers import (
     TruncationSummarizer,
     summarizer_from_env,
 )
+from redismem.sync import SyncMemory
 
 __version__ = "0.1.0"
 
@@ -193,6 +194,7 @@ __all__ = [
     "SummarizerError",
     "SummarizingMemory",
     "Summary",
+    "SyncMemory",
     "TokenBudget",
     "Tokenizer",
     "ToolCall",
