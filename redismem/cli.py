@@ -372,8 +372,25 @@ def _worker(args: argparse.Namespace) -> int:
     if args.name:
         flags["name"] = args.name
     config = WorkerConfig.from_env(**flags)
+    port = args.metrics_port or env.integer("REDISMEM_METRICS_PORT")
+    if port is not None:
+        _serve_metrics(port)
     asyncio.run(run.serve(config, burst=args.burst, wait=args.wait))
     return 0
+
+
+def _serve_metrics(port: int) -> None:
+    from redismem import metrics
+
+    if port > 65535:
+        raise CliError(f"no such port: {port}", "pass a port in 1-65535")
+    try:
+        metrics.serve_http(port)
+    except OSError as exc:
+        raise CliError(
+            f"cannot serve metrics on port {port}: {exc.strerror or exc}",
+            "pass a free port with --metrics-port",
+        ) from exc
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -486,6 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="how long to wait for Redis at start-up (default 30)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=_positive(int),
+        metavar="PORT",
+        help="serve Prometheus metrics at /metrics on PORT, every interface (default "
+        "$REDISMEM_METRICS_PORT, else none; needs redismem[server])",
     )
     _add_verbose(worker, "log at DEBUG level")
     worker.set_defaults(run=_worker)

@@ -36,6 +36,7 @@ from typing import (
 
 from pydantic import ValidationError
 
+from redismem import metrics
 from redismem.checks import check_count as _check_count
 from redismem.checks import check_message_list, check_optional_str, check_time_ms, new_write_id
 from redismem.checks import check_tags as _check_tags
@@ -99,6 +100,21 @@ def _matches(tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return all(tags.get(k) == v for k, v in wanted.items())
 
 
+#: The calls a ``Memory`` times when it is made with the metrics on: name ->
+#: (operation, what a success counts) (see ``redismem.metrics.instrument``).
+_MEASURED: dict[str, tuple[str, metrics.Counted | None]] = {
+    "write_entry": ("write", "writes"),
+    "read": ("read", "reads"),
+    "summary": ("summary", "reads"),
+    "context": ("context", "reads"),
+    "entries": ("entries", "reads"),
+    "sessions": ("sessions", None),
+    "search": ("search", "searches"),
+    "flush": ("flush", None),
+    "clear": ("clear", None),
+    "clear_user": ("clear_user", None),
+}
+
 #: What moved from ``Memory`` to its ``Backend`` (deprecated names on ``Memory``).
 _MOVED_TO_BACKEND = frozenset({"call", "atomic", "scripts", "epochs", "in_session"})
 
@@ -156,6 +172,7 @@ class Memory:
         self._summarize_settings = args.encode() if args else ""
         #: The write script's recall argument: None = indexing off, 0 = keep forever.
         self._recall_ttl_arg = (config.recall_ttl_ms or 0) if config.index else None
+        metrics.instrument(self, _MEASURED)
 
     # -- lifecycle ---------------------------------------------------------
 

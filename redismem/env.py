@@ -30,6 +30,7 @@ __all__ = [
     "export",
     "inherited",
     "integer",
+    "prometheus_multiproc_dir",
     "seconds",
     "text",
     "ttl",
@@ -50,6 +51,8 @@ VARIABLES: dict[str, str] = {
     "REDISMEM_TTL": "clients: lifetime of a session's keys in seconds, or none (default 7 days)",
     "REDISMEM_QUEUE_NAME": "arq queue name (default redismem/queue); clients must match",
     "REDISMEM_WORKER_NAME": "this worker's name in health checks (default HOST-PID)",
+    "REDISMEM_METRICS_PORT": "serve the worker's Prometheus metrics at /metrics on this port, "
+    "on every interface (redismem worker --metrics-port; needs redismem[server])",
     "REDISMEM_SUMMARIZER": "keypoints (default), truncate or llm",
     "REDISMEM_SUMMARY_MAX_CHARS": "truncate: characters kept (default 2000)",
     "REDISMEM_EXTRACTOR": "off (default), rules or llm: how the workers turn new messages of "
@@ -176,6 +179,13 @@ def ttl(name: str, environ: Environ = None) -> float | None:
         return float(raw)
     except ValueError as exc:
         raise InvalidInput(f"{name} must be seconds or 'none', got {raw!r}") from exc
+
+
+def prometheus_multiproc_dir(environ: Environ = None) -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's, not ours): set, the
+    metrics run in prometheus-client's multiprocess mode (``redismem.metrics``)."""
+    value = (os.environ if environ is None else environ).get("PROMETHEUS_MULTIPROC_DIR", "")
+    return value.strip() or None
 
 
 def describe(names: Iterable[str] = WORKER_VARIABLES) -> str:

@@ -521,6 +521,11 @@ class KeyLayout:
             return None
         return parsed if parsed.session_id is None and parsed.kind == "pending" else None
 
+    def recall_docs_pattern(self) -> str:
+        """SCAN pattern matching the recall docs of every user and epoch (and
+        a few other keys: check matches with ``parse_key``, kind ``r:docs``)."""
+        return f"{self.namespace}:{{u:*:r:docs"
+
     def session_key(self, user_id: str, session_id: str, kind: str, epoch: int = 0) -> str:
         return f"{self.user_prefix(user_id, epoch)}s:{escape_id(session_id)}:{kind}"
 

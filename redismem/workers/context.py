@@ -8,6 +8,7 @@ arq hands every job one dict, ``ctx``. A worker is created with
 ``backends``  one ``Backend`` per namespace, opened on first use (``backend_for``)
 ``queue``     a ``SummaryQueue`` on the queue Redis, for re-enqueueing
 ``heartbeat`` the task keeping this worker registered (``health.heartbeat``)
+``gauges``    with the metrics on, the task refreshing their gauges (``gauges.refresh``)
 
 arq adds ``redis`` (its pool on the queue Redis, used for stats) and, per
 job, ``job_try``. ``shutdown`` closes all of it.
@@ -19,11 +20,12 @@ import asyncio
 import contextlib
 from typing import Any
 
+from redismem import metrics
 from redismem.config import MemoryConfig, WorkerConfig
 from redismem.core.backend import Backend, open_backend
 from redismem.core.keys import KeyLayout
 from redismem.core.queue import QueueStats, SummaryQueue
-from redismem.workers import health
+from redismem.workers import gauges, health
 
 __all__ = ["config_of", "backend_for", "queue_of", "resources", "shutdown", "startup", "stats_for"]
 
@@ -71,11 +73,20 @@ async def startup(ctx: dict[str, Any]) -> None:
     ctx["heartbeat"] = asyncio.create_task(
         health.heartbeat(ctx["redis"], config.queue_name, config.name)
     )
+    if metrics.enabled():
+        ctx["gauges"] = asyncio.create_task(
+            gauges.refresh(ctx["redis"], config, lambda namespace: backend_for(ctx, namespace))
+        )
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
     """arq ``on_shutdown``: stop the heartbeat, deregister, close everything."""
     config = config_of(ctx)
+    refreshing = ctx.pop("gauges", None)
+    if refreshing is not None:
+        refreshing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refreshing
     beat = ctx.pop("heartbeat", None)
     if beat is not None:
         beat.cancel()

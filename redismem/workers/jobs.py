@@ -38,6 +38,7 @@ from typing import Any
 
 from arq import Retry
 
+from redismem import metrics
 from redismem.config import WorkerConfig
 from redismem.core.backend import Backend
 from redismem.core.connection import scan_once
@@ -134,7 +135,23 @@ async def summarize_session(
     else read from the session meta (jobs of older clients carried
     ``keep_recent``, ``batch`` and ``compact`` keywords instead: the meta holds
     the same settings, so those are ignored). How failures end: see the module
-    docstring."""
+    docstring. Recorded in the metrics as job ``session``."""
+    started = time.perf_counter()
+    outcome = "cancelled"  # arq's job timeout, or the worker stopping
+    try:
+        result = await _summarize_job(ctx, user_id, session_id, namespace, settings)
+        outcome = result["status"]
+        return result
+    except Retry:
+        outcome = "retry"
+        raise
+    finally:
+        metrics.job_done("session", outcome, time.perf_counter() - started)
+
+
+async def _summarize_job(
+    ctx: dict[str, Any], user_id: str, session_id: str, namespace: str, settings: str | None
+) -> dict[str, Any]:
     tries = int(ctx.get("job_try", 1))
     progress = _Progress()
     try:
@@ -144,6 +161,7 @@ async def summarize_session(
         # so is the work (nothing recorded: the user's ids must not linger).
         progress.status = "gone"
     except TRANSIENT_ERRORS as exc:
+        metrics.count_error(exc)
         if tries < MAX_TRIES:
             logger.warning("summarizing %r failed (try %d): %s", session_id, tries, exc)
             raise Retry(defer=retry_delay(tries)) from exc
@@ -154,6 +172,7 @@ async def summarize_session(
         return await _give_up(ctx, progress, namespace, user_id, session_id, exc, tries, clear)
     except Exception as exc:
         # Corrupt data, invalid input, an error reply, a bug: a retry meets it again.
+        metrics.count_error(exc)
         logger.error(
             "summarizing %r failed, not retried: %s",
             session_id,
@@ -196,6 +215,8 @@ async def _summarize(
         # not hold back compaction or the pending mark. In the same round trip.
         commands.append(("HDEL", keys.meta, "xwm", "xbox"))
     marked, graves, *_ = await backend.atomic(commands, key=keys.meta)
+    # When the session became pending (ms): its first write not yet indexed.
+    index_lag_from = float(marked) / 1000 if marked is not None else None
     if graves:
         await forget_graves(backend, recall_keys)
     if marked is None:
@@ -217,6 +238,9 @@ async def _summarize(
         index = await _index_until_idle(
             backend, config, stats, progress, user_id, session_id, deadline
         )
+        if index_lag_from is not None and progress.indexed and index.status == "idle":
+            metrics.observe_lag("index", time.time() - index_lag_from)
+            index_lag_from = None  # once per job: later passes index later writes
         if index.status == "timeout":  # out of time: go on in a new job
             await _continue_later(ctx, user_id, session_id, namespace, args)
             break
@@ -236,20 +260,25 @@ async def _summarize(
         elif args is None:
             outcome = SummarizeOutcome("idle", seq=index.seq, gen=index.gen)
         else:
-            outcome = await summarize_pass(
-                backend,
-                config.summarizer,
-                user_id=user_id,
-                session_id=session_id,
-                keep_recent=args.keep_recent,
-                batch=args.batch,
-                compact=args.compact,
-                summarizer_timeout=config.summarizer_timeout,
+            outcome = await metrics.timed_job(
+                "summarize",
+                summarize_pass(
+                    backend,
+                    config.summarizer,
+                    user_id=user_id,
+                    session_id=session_id,
+                    keep_recent=args.keep_recent,
+                    batch=args.batch,
+                    compact=args.compact,
+                    summarizer_timeout=config.summarizer_timeout,
+                ),
             )
             progress.passes += 1
         if outcome.status == "committed":
             progress.summarized += outcome.summarized
             await stats.record_commit(outcome.summarized, outcome.lag_ms)
+            if outcome.lag_ms is not None:
+                metrics.observe_lag("summarize", outcome.lag_ms / 1000)
         elif outcome.status == "stale":
             await stats.incr(stale_commits=1)
         if outcome.status in ("idle", "gone"):
@@ -284,12 +313,15 @@ async def _index_until_idle(
     """Index the session's unindexed messages: the last pass's outcome
     ("idle" or "gone"), or "timeout" when the job ran out of time first."""
     while True:
-        outcome = await index_pass(
-            backend,
-            user_id=user_id,
-            session_id=session_id,
-            embedder=config.embedder_object,
-            extracting=config.extractor is not None,
+        outcome = await metrics.timed_job(
+            "index",
+            index_pass(
+                backend,
+                user_id=user_id,
+                session_id=session_id,
+                embedder=config.embedder_object,
+                extracting=config.extractor is not None,
+            ),
         )
         if outcome.status in ("idle", "gone"):
             return outcome
@@ -312,14 +344,17 @@ async def _extract_until_idle(
     """Extract memories from the session's indexed messages: the last
     pass's outcome ("idle", "gone" or "wait"), or "timeout"."""
     while True:
-        outcome = await extract_pass(
-            backend,
-            config.extractor,
-            user_id=user_id,
-            session_id=session_id,
-            quiet=config.extract_quiet,
-            extractor_timeout=config.summarizer_timeout,
-            consolidator=config.consolidator,
+        outcome = await metrics.timed_job(
+            "extract",
+            extract_pass(
+                backend,
+                config.extractor,
+                user_id=user_id,
+                session_id=session_id,
+                quiet=config.extract_quiet,
+                extractor_timeout=config.summarizer_timeout,
+                consolidator=config.consolidator,
+            ),
         )
         if outcome.memories:
             progress.memories += outcome.memories
@@ -383,7 +418,11 @@ async def reconcile_pending(ctx: dict[str, Any]) -> dict[str, int]:
     died between its write and its enqueue), and finish clears whose caller
     died halfway (``redismem.core.guard.unfinished_clear``). Each run examines a
     bounded slice of the keyspace, resuming the SCAN cursors where the last
-    run ended."""
+    run ended. Recorded in the metrics as job ``sweep``."""
+    return await metrics.timed_job("sweep", _reconcile(ctx))
+
+
+async def _reconcile(ctx: dict[str, Any]) -> dict[str, int]:
     enqueued = finished = 0
     for namespace in config_of(ctx).namespaces:
         try:
