@@ -20,19 +20,27 @@ from typing import Any
 import httpx
 import prometheus_client
 import pytest
+import server_support
 from helpers import free_port
 from prometheus_client.parser import text_string_to_metric_families
+from server_support import RunningServer, new_id
 from test_cli_worker import CliWorker, CliWorkers, cli_env, drop_keys
 from worker_support import dialogue, eventually
 
 from redismem import Memory, metrics
 from redismem.core.backend import backend_of
+from redismem.core.keys import MAX_ID_BYTES
 from redismem.errors import InvalidInput
 from redismem.recall.index import index_pass
 from redismem.workers import gauges
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "redismem-dashboard.json"
+APPEND_ROUTE = "/v1/namespaces/{namespace}/users/{user_id}/sessions/{session_id}/messages"
+SEARCH_ROUTE = "/v1/namespaces/{namespace}/users/{user_id}/search"
+
+http_server = server_support.http_server
+served = server_support.served
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -493,3 +501,59 @@ async def test_a_worker_serves_its_jobs_lag_and_queue_metrics(
     finally:
         cli_workers.close()
         drop_keys(redis_url, namespace)
+
+
+# -- the server's /metrics ---------------------------------------------------------------
+
+
+@pytest.mark.processes
+def test_the_server_serves_request_call_and_error_metrics(served: RunningServer) -> None:
+    user, session = new_id(), new_id("s")
+    metrics_url = f"{served.base_url}/metrics"
+    before = parse(httpx.get(metrics_url, timeout=10).text)
+    with served.client(role="write") as api:
+        for n in range(2):
+            answer = api.post(
+                f"/users/{user}/sessions/{session}/messages",
+                json={"messages": [{"role": "user", "content": f"hello {n}"}]},
+            )
+            assert answer.status_code == 201, answer.text
+        assert api.get(f"/users/{user}/sessions/{session}/messages").status_code == 200
+        assert api.post(f"/users/{user}/search", json={"query": "hello"}).status_code == 200
+        empty = api.post(f"/users/{user}/sessions/{session}/messages", json={"messages": []})
+        assert empty.status_code == 422, empty.text  # the request's validation
+        too_long = "x" * (MAX_ID_BYTES + 1)
+        invalid = api.get(f"/users/{user}/sessions/{too_long}/messages")
+        assert invalid.status_code == 422, invalid.text  # the library's InvalidInput
+        assert invalid.json()["error"]["type"] == "InvalidInput"
+    assert httpx.get(f"{served.api()}/users/{user}/sessions/{session}/messages").status_code == 401
+    assert httpx.get(f"{served.base_url}/no/such/thing").status_code == 404
+    answer = httpx.get(metrics_url, timeout=10)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    after = parse(answer.text)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    messages = APPEND_ROUTE
+    assert delta("redismem_http_requests_total", route=messages, method="POST", status="201") == 2
+    assert delta("redismem_http_requests_total", route=messages, method="POST", status="422") == 1
+    assert delta("redismem_http_requests_total", route=messages, method="GET", status="200") == 1
+    assert delta("redismem_http_requests_total", route=messages, method="GET", status="422") == 1
+    assert delta("redismem_http_requests_total", route=messages, method="GET", status="401") == 1
+    assert delta("redismem_http_requests_total", route=SEARCH_ROUTE, method="POST", status="200")
+    assert delta("redismem_http_requests_total", route="unmatched", method="GET", status="404")
+    assert delta("redismem_http_request_duration_seconds_count", route=messages, method="POST") == 3
+    assert delta("redismem_call_duration_seconds_count", operation="write") == 2
+    assert delta("redismem_call_duration_seconds_count", operation="read") == 2
+    assert delta("redismem_call_duration_seconds_count", operation="search") == 1
+    assert delta("redismem_writes_total") == 2
+    assert delta("redismem_reads_total") == 1
+    assert delta("redismem_searches_total") == 1
+    # Each error once, though the library raised it and the server mapped it.
+    assert delta("redismem_errors_total", type="InvalidInput") == 1
+    assert delta("redismem_errors_total", type="RequestValidationError") == 1
+    assert delta("redismem_errors_total", type="Unauthorized") == 1
+    # No raw path (user or session id) in any label.
+    assert user not in answer.text and session not in answer.text

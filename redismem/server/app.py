@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from redismem import metrics
 from redismem.errors import RedisMemError
 from redismem.server import errors
 from redismem.server.apikeys import KeyRing
@@ -163,6 +164,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
 def _mount_extras(app: FastAPI, settings: ServerSettings) -> None:
     """Mounts beside the API: MCP (streamable HTTP) at ``/mcp`` and the
     Prometheus scrape endpoint at ``/metrics``."""
+    metrics.enable()
+    app.add_middleware(metrics.RequestMetrics, routes=app.router.routes)
+    app.add_route("/metrics", metrics.asgi_app(), methods=["GET"], include_in_schema=False)
     from redismem.server import mcp
 
     mcp.mount(app, app.state.gate)

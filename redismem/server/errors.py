@@ -35,6 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from redismem import metrics
 from redismem.errors import (
     BackendError,
     BackendFull,
@@ -152,6 +153,7 @@ def _unavailable(exc: BackendUnavailable) -> JSONResponse:
 
 def response_for(exc: Exception) -> JSONResponse:
     """The response for ``exc`` (see the module's table)."""
+    metrics.count_error(exc)
     if isinstance(exc, Problem):
         return error_response(exc.status, type(exc).__name__, str(exc), headers=exc.headers or None)
     if isinstance(exc, InvalidInput):
@@ -184,6 +186,7 @@ def response_for(exc: Exception) -> JSONResponse:
 
 
 def _validation(exc: RequestValidationError) -> JSONResponse:
+    metrics.count_error(exc)
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
         first = next(e for e in errors if e.get("type") == "json_invalid")
