@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from redismem.server.routes import recall, sessions
+from redismem.server.routes import memories, recall, sessions, store, users
 
 __all__ = ["PREFIX", "ROUTERS"]
 
@@ -17,3 +17,4 @@ __all__ = ["PREFIX", "ROUTERS"]
 PREFIX = "/v1/namespaces/{namespace}"
 
 ROUTERS: list[APIRouter] = [sessions.router, recall.router]
+ROUTERS += [memories.router, store.router, users.router]
