@@ -41,6 +41,7 @@ SEARCH_ROUTE = "/v1/namespaces/{namespace}/users/{user_id}/search"
 
 http_server = server_support.http_server
 served = server_support.served
+server_factory = server_support.server_factory
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -557,3 +558,27 @@ def test_the_server_serves_request_call_and_error_metrics(served: RunningServer)
     assert delta("redismem_errors_total", type="Unauthorized") == 1
     # No raw path (user or session id) in any label.
     assert user not in answer.text and session not in answer.text
+
+
+@pytest.mark.processes
+def test_with_workers_and_a_multiprocess_dir_metrics_add_up_every_process(
+    server_factory: Any, tmp_path: Path
+) -> None:
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    server = server_factory(
+        extra_args=("--workers", "2"), env={"PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    )
+    before = parse(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+    probes = 20
+    for _ in range(probes):  # a new connection each: both processes answer some
+        assert httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
+    pids = {path.name.rpartition("_")[2] for path in directory.glob("*.db")}
+    assert len(pids) >= 2, sorted(path.name for path in directory.iterdir())
+    for _ in range(4):  # whichever process answers the scrape
+        after = parse(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+        labels = {"route": "/healthz", "method": "GET", "status": "200"}
+        done = value(after, "redismem_http_requests_total", **labels) - value(
+            before, "redismem_http_requests_total", **labels
+        )
+        assert done == probes
