@@ -8,6 +8,10 @@ only its namespace, a read key gets no write tools, no key gets 401."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,6 +20,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+import redis
 import server_support
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -295,6 +300,82 @@ async def test_stdio_serves_before_redis_is_reachable(
         assert len((await client.list_tools()).tools) == 10
         text = error_of(await client.call_tool("list_sessions", {}))
         assert text.startswith("BackendUnavailable: ")
+
+
+def test_sigterm_closes_the_memory_then_ends_the_process(
+    redis_url: str, namespace: str, queue_name: str
+) -> None:
+    """SIGTERM: the write's summary job (enqueued in the background) still
+    reaches the queue, then the process ends at once, by the signal."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDISMEM_")}
+    command = [sys.executable, "-m", "redismem", "mcp", "--url", redis_url]
+    process = subprocess.Popen(
+        [*command, "--namespace", namespace],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**env, "REDISMEM_QUEUE_NAME": queue_name},
+        cwd=ROOT,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "append_message",
+                    "arguments": {"session_id": "s1", "content": "hello"},
+                },
+            },
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+            if "id" in message:
+                answer = json.loads(process.stdout.readline())
+                assert answer["id"] == message["id"] and "result" in answer, answer
+        assert answer["result"]["isError"] is False
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=10)  # closes the pipes
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.zcard(queue_name) == 1
+    finally:
+        client.close()
+
+
+def test_the_command_refuses_bad_options_at_once() -> None:
+    """A URL that names no Redis (or none at all: the embedded backend) fails
+    the command with one line, before it serves anything on stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDISMEM_")}
+    for extra in (["--url", "http://example.com"], [], ["--user", ""]):
+        done = subprocess.run(
+            [sys.executable, "-m", "redismem", "mcp", *extra],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert done.returncode == 2, done
+        assert done.stdout == b""
+        (line,) = done.stderr.decode().splitlines()
+        assert line.startswith("redismem: ") and "hint:" in line
 
 
 # -- streamable HTTP at /mcp -------------------------------------------------------------------

@@ -59,7 +59,7 @@ from urllib.parse import parse_qs
 from pydantic import AwareDatetime, BaseModel, Field, ValidationError
 
 from redismem.client import Memory
-from redismem.config import MemoryConfig
+from redismem.config import MemoryConfig, check_queue_url, check_url
 from redismem.context.quoting import SUMMARY_LABEL, fence, new_marker, unfence
 from redismem.context.tokens import fit_text
 from redismem.context.toolgroups import drop_orphan_tool_results
@@ -940,8 +940,9 @@ async def serve_stdio(
     user_id: str = "default",
     **options: Any,
 ) -> None:
-    """Serve the tools over stdin/stdout until the client closes them (or
-    SIGTERM): ``redismem mcp``. ``url``, ``namespace`` and ``options`` are
+    """Serve the tools over stdin/stdout until the client closes them, or
+    SIGTERM/SIGINT (the memory is closed, then the signal ends the process):
+    ``redismem mcp``. ``url``, ``namespace`` and ``options`` are
     ``Memory.connect``'s (each ``None`` leaves its environment default);
     the connection is made on the first tool call and closed at the end."""
     connect_options = dict(options)
@@ -951,28 +952,56 @@ async def serve_stdio(
         connect_options["url"] = url
     # The options are checked now (a typo fails the command, not each tool call).
     try:
-        served = MemoryConfig.from_env(**connect_options).layout.namespace
+        config = MemoryConfig.from_env(**connect_options)
     except TypeError as exc:
         raise InvalidInput(str(exc)) from exc
+    check_url(config.url, "the memory URL (--url, $REDISMEM_URL)")
+    check_queue_url(config.queue_url or config.url, memory_url=config.url)
 
     async def connect() -> Memory:
         return await Memory.connect(**connect_options)
 
-    source = OneMemory(connect, served)
+    source = OneMemory(connect, config.layout.namespace)
     server = build_server(source, user_id=user_id)
-    task = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        if task is not None:
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    stop = asyncio.Event()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
+    handled = [sig for sig in (signal.SIGTERM, signal.SIGINT) if _handle(loop, sig, on_signal)]
+    serving = asyncio.ensure_future(server.run_stdio_async())
+    waiting = asyncio.ensure_future(stop.wait())
     try:
-        await server.run_stdio_async()
-    except asyncio.CancelledError:
-        pass
+        await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
+        waiting.cancel()
         await source.aclose()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+    if not received:
+        serving.result()  # the client closed stdin (or the transport failed)
+        return
+    # The memory is closed (its background enqueues done). The SDK reads stdin
+    # in a worker thread that returns at end of input only, which no
+    # cancellation reaches: the signal is raised again, to end the process as
+    # it would have without the handler.
+    logger.info("stopping on %s", received[0].name)
+    signal.raise_signal(received[0])
+
+
+def _handle(
+    loop: asyncio.AbstractEventLoop,
+    sig: signal.Signals,
+    callback: Callable[[signal.Signals], None],
+) -> bool:
+    try:
+        loop.add_signal_handler(sig, callback, sig)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or Windows
+        return False
+    return True
 
 
 # -- streamable HTTP --------------------------------------------------------------------------
