@@ -8,6 +8,7 @@ only its namespace, a read key gets no write tools, no key gets 401."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -450,6 +451,17 @@ async def test_http_a_key_reaches_its_namespace_only(served: RunningServer) -> N
     async with http_client(served, {"X-API-Key": served.key(served.a, "read")}) as client:
         got = ok(await client.call_tool("get_memory", {"memory_id": memory_id, "user_id": user}))
         assert got["memory"]["status"] == "active"
+    # Calls of both keys at once: each sees its own namespace only.
+    async with (
+        http_client(served, served.headers(served.a, "read")) as a,
+        http_client(served, served.headers(served.b, "read")) as b,
+    ):
+        calls = [(client, client is a) for _ in range(10) for client in (a, b)]
+        results = await asyncio.gather(
+            *(client.call_tool("list_sessions", {"user_id": user}) for client, _ in calls)
+        )
+        for (_, is_a), result in zip(calls, results, strict=True):
+            assert len(ok(result)["sessions"]) == (1 if is_a else 0)
 
 
 async def test_http_a_read_key_gets_no_write_tools(served: RunningServer) -> None:

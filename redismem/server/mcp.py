@@ -64,7 +64,13 @@ from redismem.context.quoting import SUMMARY_LABEL, fence, new_marker, unfence
 from redismem.context.tokens import fit_text
 from redismem.context.toolgroups import drop_orphan_tool_results
 from redismem.core.keys import validate_id
-from redismem.errors import BackendUnavailable, InvalidInput, MissingDependency, RedisMemError
+from redismem.errors import (
+    BackendUnavailable,
+    ClientClosed,
+    InvalidInput,
+    MissingDependency,
+    RedisMemError,
+)
 from redismem.longterm.memories import AddOutcome
 from redismem.longterm.records import MemoryChange, MemoryRecord, Provenance
 from redismem.models import Hit, MemoryEntry, Message, SessionInfo
@@ -161,7 +167,7 @@ class OneMemory:
         if self._memory is None:
             async with self._lock:
                 if self._closed:
-                    raise ToolError("ClientClosed: the MCP server is shutting down")
+                    raise ClientClosed("the MCP server is shutting down")
                 if self._memory is None:
                     self._memory = await self._connect()
         return self._memory
