@@ -35,11 +35,14 @@ NOT_IMPORTABLE = {"redismem.__main__"}
 
 
 def _is_entry_point(module: str) -> bool:
-    """The package, the CLI and the demo create a ``Memory``; everything else
-    is library code that is given one, or a ``Backend``."""
-    return module in {"redismem", "redismem.__main__", "redismem.cli"} or module.startswith(
-        "redismem.demo"
-    )
+    """The package, the CLI, the sync client, the demo and the server create a
+    ``Memory``; everything else is library code that is given one, or a ``Backend``."""
+    return module in {
+        "redismem",
+        "redismem.__main__",
+        "redismem.cli",
+        "redismem.sync",
+    } or module.startswith(("redismem.demo", "redismem.server"))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
