@@ -35,6 +35,7 @@ import re
 import shlex
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,11 +47,13 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import compose_spec
+import httpx
 import kubernetes_validate
 import pytest
 import redis
 import yaml
 from helpers import free_port
+from server_support import forget, new_id, start_server
 
 from redismem import env
 from redismem.cli import build_parser
@@ -675,15 +678,26 @@ def test_k8s_schema_check_is_real() -> None:
 
 
 def test_k8s_worker_probes_check_this_worker() -> None:
-    # The worker has no HTTP endpoint of its own yet: its probes run
-    # `redismem worker --check` (a Python start each time, at 10-20 s periods).
-    container = _container(_deployment(load_manifests(), "worker"))
-    assert container["command"] == ["redismem", "worker"]
+    """The probes read the health record the worker's loop refreshes
+    (``redismem worker --check``): its /metrics, served by a thread, answers
+    while the loop is wedged. That starts Python, so: startup and liveness
+    only (no Service routes to a worker), every 20 s."""
+    deployment = _deployment(load_manifests(), "worker")
+    container = _container(deployment)
+    args = parse_command(container["command"])
+    assert container["command"][:2] == ["redismem", "worker"] and args.check is None
     check = ["redismem", "worker", "--check", "$REDISMEM_WORKER_NAME"]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    assert "readinessProbe" not in container
+    for probe in ("startupProbe", "livenessProbe"):
         command = container[probe]["exec"]["command"]
         assert command[:2] == ["sh", "-c"] and shlex.split(command[2]) == ["exec", *check]
         assert container[probe]["timeoutSeconds"] >= 5  # Python starts, Redis answers
+    # Its metrics, on the port the pod declares and its annotations name.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": args.metrics_port}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == args.metrics_port
+    assert annotations["prometheus.io/path"] == "/metrics"
     # The record lives 6 s: a probe period below that would see a healthy worker stale.
     assert container["livenessProbe"]["periodSeconds"] >= 6
     startup = container["startupProbe"]
@@ -1096,8 +1110,12 @@ def test_nginx_terminates_tls_and_passes_the_server_on() -> None:
     assert set(https.one("ssl_protocols").args) <= {"TLSv1.2", "TLSv1.3"}
     assert https.one("ssl_certificate").args and https.one("ssl_certificate_key").args
     assert "Strict-Transport-Security" in https.one("add_header").args
-    # Bodies the server refuses itself get its JSON 413: the proxy's limit is higher.
-    assert _size(https.one("client_max_body_size").args[0]) > DEFAULT_MAX_BODY
+    # The server's body limit, and its JSON error past it: the proxy refuses
+    # what the server would (a server answering before the body is read
+    # closes the connection, which nginx may turn into a 502).
+    assert _size(https.one("client_max_body_size").args[0]) == DEFAULT_MAX_BODY
+    code, *_, target = https.one("error_page").args
+    assert code == "413" == https.location(target).one("return").args[0]
     # Kept-alive HTTP/1.1 to the server, with the caller's address and scheme.
     assert https.one("proxy_http_version").args == ["1.1"]
     headers = {d.args[0]: d.args[1] for d in https.all("proxy_set_header")}
@@ -1156,8 +1174,11 @@ def _local_nginx(directory: Path, *, upstream: int, http: int, https: int) -> Pa
         site = site.replace(old, new)
     (directory / "site.conf").write_text(site)
     main = directory / "nginx.conf"
+    # Started by root, nginx runs its workers as nobody, which cannot write the
+    # request bodies it buffers to the test's private directory: keep root.
+    user = "user root root;\n" if os.geteuid() == 0 else ""
     main.write_text(
-        f"pid {directory / 'nginx.pid'};\nerror_log stderr;\nevents {{}}\nhttp {{\n"
+        f"{user}pid {directory / 'nginx.pid'};\nerror_log stderr;\nevents {{}}\nhttp {{\n"
         f"  access_log off;\n"
         + "".join(
             f"  {kind}_temp_path {directory / kind};\n"
@@ -1190,6 +1211,90 @@ def test_nginx_accepts_the_configuration(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode != 0 and "proxy_bufering" in result.stderr
+
+
+def _declare_body(
+    port: int, path: str, headers: Mapping[str, str], length: int
+) -> tuple[int, bytes]:
+    """The server's answer to a POST declaring a body of ``length`` bytes,
+    sending none of it (so its early answer is read, not reset): status and body."""
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {length}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += (chunk := sock.recv(65536))
+            assert chunk, f"the server closed the connection: {data!r}"
+        head, body = data.split(b"\r\n\r\n", 1)
+        status = int(head.split()[1])
+        fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:])
+        size = int({k.lower(): v for k, v in fields.items()}[b"content-length"])
+        while len(body) < size:
+            body += (chunk := sock.recv(65536))
+            assert chunk, f"the server closed the connection: {body!r}"
+    return status, body
+
+
+@pytest.mark.processes
+def test_nginx_serves_a_real_server_over_tls(redis_url: str, tmp_path: Path) -> None:
+    """Requests through the proxy's configuration, as written, to a real
+    ``redismem serve``."""
+    if NGINX is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    server = start_server(redis_url, tmp_path / "server")
+    http, https = free_port(), free_port()
+    proxy: subprocess.Popen[bytes] | None = None
+    try:
+        main = _local_nginx(tmp_path, upstream=server.port, http=http, https=https)
+        proxy = subprocess.Popen(
+            [NGINX, "-p", str(tmp_path), "-c", str(main), "-g", "daemon off;"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        tls = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+        base = f"https://127.0.0.1:{https}"
+        with httpx.Client(base_url=base, verify=tls, timeout=10.0) as client:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    answer = client.get("/healthz")
+                    break
+                except httpx.ConnectError:
+                    assert proxy.poll() is None, proxy.stderr.read() if proxy.stderr else ""
+                    assert time.monotonic() < deadline, "nginx does not answer"
+                    time.sleep(0.05)
+            assert answer.status_code == 200
+            # The key passes through; without one the server answers 401.
+            sessions = f"/v1/namespaces/{server.a}/users/{new_id()}/sessions"
+            assert client.get(sessions, headers=server.headers(role="read")).status_code == 200
+            refused = client.get(sessions)
+            assert refused.status_code == 401 and "error" in refused.json()
+            # A body over the limit: the proxy refuses it with the server's own answer.
+            body = b'{"messages": "' + b"x" * DEFAULT_MAX_BODY + b'"}'
+            url = f"{sessions}/s1/messages"
+            headers = {**server.headers(role="write"), "Content-Type": "application/json"}
+            direct_status, direct_body = _declare_body(server.port, url, headers, len(body))
+            refused = client.post(url, content=body, headers=headers)
+            assert refused.status_code == direct_status == 413
+            assert refused.json() == json.loads(direct_body)
+            assert refused.headers["content-type"] == "application/json"
+            # One at the limit passes (the server answers: 422, not a message list).
+            at_limit = b'{"messages": "' + b"x" * (DEFAULT_MAX_BODY - 20) + b'"}'
+            assert client.post(url, content=at_limit, headers=headers).status_code == 422
+            assert client.get("/metrics").status_code == 404
+            assert client.get("/metrics/").status_code == 404
+        plain = httpx.get(f"http://127.0.0.1:{http}/healthz", timeout=10.0)
+        assert plain.status_code == 308
+        assert plain.headers["location"] == "https://127.0.0.1/healthz"
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+            if proxy.stderr is not None:
+                proxy.stderr.close()
+        server.stop()
+        forget(redis_url, server.namespaces)
 
 
 # -- redis.conf ------------------------------------------------------------------
@@ -1429,7 +1534,7 @@ def test_readme_and_comment_commands_parse() -> None:
     assert {("keys", "create")} <= seen, seen
 
 
-def test_readme_scrape_configs_reach_the_servers_metrics() -> None:
+def test_readme_scrape_configs_reach_the_servers_and_workers_metrics() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.DOTALL)
     configs = [yaml.safe_load(b) for b in blocks if "scrape_configs" in b]
     jobs = {job["job_name"]: job for config in configs for job in config["scrape_configs"]}
@@ -1437,10 +1542,19 @@ def test_readme_scrape_configs_reach_the_servers_metrics() -> None:
     assert static["metrics_path"] == "/metrics"
     (target,) = static["static_configs"][0]["targets"]
     assert target == f"127.0.0.1:{nginx_upstream_port()}"
-    # The pod job keeps the annotations the server's pods carry.
-    annotations = _deployment(load_manifests(), "server")["spec"]["template"]["metadata"][
-        "annotations"
-    ]
+    # On the compose network: the server's port, and the port every worker serves.
+    services = load_compose("compose.yaml")["services"]
+    ports = {d["names"][0]: d["port"] for d in jobs["redismem-compose"]["dns_sd_configs"]}
+    server = serve_settings(_command(services["server"]), _environment(services["server"]))
+    worker = env.integer("REDISMEM_METRICS_PORT", _environment(services["worker"]))
+    assert ports == {"server": server.port, "worker": worker}
+    # The pod job keeps the annotations the server's and the workers' pods carry.
+    manifests = load_manifests()
+    annotations, worker_annotations = (
+        _deployment(manifests, c)["spec"]["template"]["metadata"]["annotations"]
+        for c in ("server", "worker")
+    )
+    assert set(annotations) == set(worker_annotations)
     relabels = jobs["redismem-pods"]["relabel_configs"]
     used = {
         label.removeprefix("__meta_kubernetes_pod_annotation_")
