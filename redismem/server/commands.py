@@ -8,6 +8,7 @@ imported here: FastAPI and uvicorn only when a command runs, with a
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -247,5 +248,13 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the
+    # handler it found in place: with this one the command exits 0 (a stop that
+    # was asked for is no failure, for systemd, Kubernetes or a script).
+    signal.signal(signal.SIGTERM, _stopped)
     uvicorn.run(app, **options)
     return 0
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """SIGTERM once uvicorn has shut down: nothing left to do."""
