@@ -6,12 +6,15 @@ the limit (``Content-Length``) is refused before it is read, and one that
 grows past it while it streams in (chunked, or a lying ``Content-Length``) is
 refused at the first chunk over the limit, so no route ever sees it (413).
 Under ``/v1`` a body must be JSON (``application/json`` or ``+json``), else
-415. The rate limit is a token bucket per key in each server process (429
-with ``Retry-After``); the auth dependency takes a token per request.
+415, and UTF-8 (checked as it streams in), else 400: the JSON parser would
+take UTF-16 or UTF-32, and let UTF-8-encoded surrogates through. The rate
+limit is a token bucket per key in each server process (429 with
+``Retry-After``); the auth dependency takes a token per request.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import threading
 import time
@@ -20,7 +23,13 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from redismem.server.errors import PayloadTooLarge, RateLimited, UnsupportedMediaType, response_for
+from redismem.server.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    RateLimited,
+    UnsupportedMediaType,
+    response_for,
+)
 
 __all__ = ["BodyGuard", "RateLimiter"]
 
@@ -28,7 +37,7 @@ __all__ = ["BodyGuard", "RateLimiter"]
 JSON_PREFIXES = ("/v1/",)
 
 
-class _TooLarge(Exception):
+class _Refused(Exception):
     pass
 
 
@@ -47,8 +56,8 @@ def _is_json(content_type: bytes) -> bool:
 
 
 class BodyGuard:
-    """Refuse bodies over ``max_bytes`` (413) and non-JSON bodies under
-    ``/v1`` (415), with the server's error body."""
+    """Refuse bodies over ``max_bytes`` (413), and under ``/v1`` bodies not
+    declared JSON (415) or not UTF-8 (400), with the server's error body."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -70,7 +79,8 @@ class BodyGuard:
             await self._refuse(scope, send, self._too_large())
             return
         has_body = length != 0 or chunked
-        if has_body and str(scope.get("path", "")).startswith(JSON_PREFIXES):
+        json_body = has_body and str(scope.get("path", "")).startswith(JSON_PREFIXES)
+        if json_body:
             content_type = _header(scope, b"content-type")
             if content_type is None or not _is_json(content_type):
                 shown = content_type.decode("latin-1") if content_type else "none"
@@ -83,31 +93,40 @@ class BodyGuard:
                 )
                 return
         received = 0
-        tripped = False
+        utf8 = codecs.getincrementaldecoder("utf-8")() if json_body else None
+        refusal: Exception | None = None
         started = False
 
         async def limited() -> Message:
-            nonlocal received, tripped
+            nonlocal received, refusal
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                received += len(chunk)
                 if received > self.max_bytes:
-                    tripped = True
-                    raise _TooLarge
+                    refusal = self._too_large()
+                elif utf8 is not None:
+                    try:
+                        utf8.decode(chunk, final=not message.get("more_body", False))
+                    except UnicodeDecodeError as exc:
+                        at = received - len(chunk) + exc.start
+                        refusal = BadRequest(f"the body is not UTF-8 (byte {at}: {exc.reason})")
+                if refusal is not None:
+                    raise _Refused
             return message
 
         async def guarded(message: Message) -> None:
             nonlocal started
-            if tripped:
+            if refusal is not None:
                 return  # the app's answer to the aborted read; ours goes instead
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        with contextlib.suppress(_TooLarge):
+        with contextlib.suppress(_Refused):
             await self.app(scope, limited, guarded)
-        if tripped and not started:
-            await self._refuse(scope, send, self._too_large())
+        if refusal is not None and not started:
+            await self._refuse(scope, send, refusal)
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body is larger than {self.max_bytes} bytes")
