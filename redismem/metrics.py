@@ -459,7 +459,8 @@ def route_template(scope: Scope, root_path: str = "", routes: Sequence[Any] = ()
     if route is None:
         for candidate in routes:
             match, _child = candidate.matches(scope)
-            if getattr(match, "value", match):  # Match.PARTIAL or Match.FULL
+            # Match.PARTIAL or Match.FULL; FastAPI's included routers have no path
+            if getattr(match, "value", match) and hasattr(candidate, "path"):
                 return str(candidate.path)
         return UNMATCHED
     mounted = str(scope.get("root_path", ""))[len(root_path) :]
