@@ -86,7 +86,7 @@ from redismem.longterm.records import (
     Provenance,
     Relationship,
 )
-from redismem.longterm.store import Item, ItemVersion, LongTermStore, SearchItem
+from redismem.longterm.store import Item, ItemHistory, ItemVersion, LongTermStore, SearchItem
 from redismem.models import (
     ROLES,
     Context,
@@ -147,6 +147,7 @@ __all__ = [
     "ImportReport",
     "InvalidInput",
     "Item",
+    "ItemHistory",
     "ItemVersion",
     "KeepBothConsolidator",
     "KeyLayout",

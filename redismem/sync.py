@@ -304,6 +304,7 @@ class SyncStore(_View):
     put_guarded = _blocking(LongTermStore.put_guarded)
     get = _blocking(LongTermStore.get)
     history = _blocking(LongTermStore.history)
+    histories = _blocking(LongTermStore.histories)
     search = _blocking(LongTermStore.search)
     list_namespaces = _blocking(LongTermStore.list_namespaces)
     delete = _blocking(LongTermStore.delete)

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import UTC, datetime
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any
 
+import msgpack
 import pytest
 
 from redismem import BackendUnavailable, CorruptData, InvalidInput, Memory
 from redismem.core.keys import STORE_KEY_KINDS, KeyLayout, store_ref
+from redismem.longterm import jsonpaths
 from redismem.longterm import store as store_module
-from redismem.longterm.store import Item, ItemVersion, LongTermStore, SearchItem
+from redismem.longterm.store import Item, ItemHistory, ItemVersion, LongTermStore, SearchItem
 from redismem.recall import bm25, ranking
 
 NS = ("alice", "prefs")
@@ -524,6 +527,204 @@ async def test_corrupt_records_raise_corrupt_data(make_memory, raw):
     assert info.value.key == key
     with pytest.raises(CorruptData):
         await store.search(NS)
+
+
+# -- histories: every item of a tenant, to put it back ------------------------------------
+
+
+async def test_histories_give_every_item_with_its_versions_index_and_deadline(make_memory):
+    _, store = await store_of(make_memory)
+    prefs, notes = ("alice", "prefs"), ("alice", "notes", "a/b")
+    await store.put(prefs, "food", {"title": "ramen", "body": "sushi"}, index=["title"])
+    await store.put(prefs, "drink", {"text": "green tea"}, index=False, ttl=3600)
+    await store.put(notes, "n1", {"sections": [{"body": "alpha"}]}, index=("sections[*].body",))
+    await store.put(prefs, "empty", {"text": "x"}, index=[])
+    await store.put(prefs, "gone", {"text": "first"}, index=["text"])
+    await store.delete(prefs, "gone", source={"why": "asked"})
+    await store.put(prefs, "back", {"text": "one"}, index=["text"])
+    await store.delete(prefs, "back")
+    await store.put(prefs, "back", {"text": "two"}, source={"s": 1})
+    await store.put(("alice",), "top", {"text": "hello"}, index=["$"])
+    await store.put(("alice", "pre"), "p", {"text": "not prefs"})
+    await store.put(("bob", "prefs"), "food", {"text": "pizza"})
+
+    found = await store.histories(("alice",))
+    assert all(isinstance(i, ItemHistory) for i in found)
+    names = [(i.namespace, i.key) for i in found]
+    assert names == sorted(names)
+    by_key = {i.key: i for i in found}
+    assert set(by_key) == {"food", "drink", "n1", "empty", "gone", "back", "top", "p"}
+    for item in found:
+        assert item.versions == await store.history(item.namespace, item.key)
+    assert {k: i.index for k, i in by_key.items()} == {
+        "food": ["title"],
+        "drink": False,
+        "n1": ["sections[*].body"],  # as given, not as found in the value
+        "empty": False,
+        "gone": ["text"],  # deleted: its last put's
+        "back": None,
+        "top": ["$"],
+        "p": None,
+    }
+    assert [(v.version, v.deleted, v.source) for v in by_key["back"].versions] == [
+        (1, False, None),
+        (2, True, None),
+        (3, False, {"s": 1}),
+    ]
+    assert by_key["gone"].versions[-1].deleted and by_key["gone"].versions[-1].value == {}
+    deadline = by_key["drink"].expires_at
+    assert deadline is not None
+    assert abs(deadline - datetime.now(UTC) - timedelta(hours=1)) < timedelta(seconds=5)
+    assert [k for k, i in by_key.items() if i.expires_at is not None] == ["drink"]
+
+    # A narrower prefix: whole labels only.
+    assert {i.key for i in await store.histories(prefs)} == {
+        "food",
+        "drink",
+        "empty",
+        "gone",
+        "back",
+    }
+    assert [i.key for i in await store.histories(("alice", "notes"))] == ["n1"]
+    assert [i.key for i in await store.histories(("alice", "pre"))] == ["p"]
+    assert await store.histories(("alice", "none")) == []
+    assert [i.value for i in (await store.histories(("bob",)))[0].versions] == [{"text": "pizza"}]
+    assert await store.histories(("carol",)) == []
+    # Purged items are gone; a new put after a purge starts a new history.
+    assert await store.purge_item(prefs, "gone")
+    assert "gone" not in {i.key for i in await store.histories(prefs)}
+    for bad in ((), ["alice"], ("",), None):
+        with pytest.raises(InvalidInput):
+            await store.histories(bad)  # type: ignore[arg-type]
+
+
+async def test_histories_read_page_by_page(make_memory, monkeypatch):
+    _, store = await store_of(make_memory)
+    for n in range(7):
+        await store.put(("alice", f"n{n % 3}"), f"k{n}", {"text": f"item {n}"})
+    await store.put(("alice", "o"), "after", {"text": "outside the prefix"})
+    whole = await store.histories(("alice",))
+    monkeypatch.setattr(store_module, "_PAGE", 2)
+    assert await store.histories(("alice",)) == whole
+    assert [i.key for i in await store.histories(("alice", "n1"))] == ["k1", "k4"]
+    assert len(whole) == 8
+
+
+async def test_histories_leave_out_expired_items(make_memory):
+    _, store = await store_of(make_memory)
+    await store.put(NS, "short", {"text": "soon gone"}, ttl=0.2)
+    await store.put(NS, "long", {"text": "stays"})
+    await asyncio.sleep(0.35)
+    assert [i.key for i in await store.histories(("alice",))] == ["long"]
+
+
+async def test_a_put_keeps_its_index_in_its_record(make_memory, raw):
+    mem, store = await store_of(make_memory)
+    keys = mem.layout.store("alice")
+
+    async def payload(key: str, redis_key: str | None = None) -> list[Any]:
+        record = await raw.get(redis_key or keys.item(store_ref(NS, key)))
+        return msgpack.unpackb(record.split(b",", 4)[4], raw=False)
+
+    await store.put(NS, "a", {"t": "x"}, index=["t", "u[*].v"])
+    await store.put(NS, "b", {"t": "x"}, source={"s": 1})
+    await store.put(NS, "c", {"t": "x"}, index=False)
+    assert await payload("a") == [1, {"t": "x"}, None, ["t", "u[*].v"]]
+    assert await payload("b") == [1, {"t": "x"}, {"s": 1}, None]
+    assert await payload("c") == [1, {"t": "x"}, None, False]
+    await store.delete(NS, "c", source={"s": 2})
+    tombstone = await raw.lindex(keys.history(store_ref(NS, "c")), -1)
+    assert msgpack.unpackb(tombstone.split(b",", 4)[4], raw=False) == [1, None, {"s": 2}]
+    # A record whose index is not one: CorruptData.
+    key = keys.item(store_ref(NS, "a"))
+    for index in ([1], "t", [""], True):
+        body = msgpack.packb([1, {"t": "x"}, None, index])
+        await raw.set(key, b"1,2,3,p," + body)
+        with pytest.raises(CorruptData):
+            await store.get(NS, "a")
+    await raw.set(key, b"1,2,3,d," + msgpack.packb([1, None, None, None]))
+    with pytest.raises(CorruptData):
+        await store.history(NS, "a")
+
+
+async def forget_indexes(raw: Any, mem: Memory, namespace: tuple[str, ...], key: str) -> None:
+    """Make the records of an item as puts stored them before they kept
+    their ``index`` (no fourth field), the Redis TTL left as it was."""
+    keys = mem.layout.store(namespace[0])
+    ref = store_ref(namespace, key)
+
+    def old(record: bytes) -> bytes:
+        head = record.split(b",", 4)
+        fields = msgpack.unpackb(head[4], raw=False)[:3]
+        return b",".join(head[:4]) + b"," + msgpack.packb(fields, use_bin_type=True)
+
+    current = await raw.get(keys.item(ref))
+    if current is not None:
+        await raw.set(keys.item(ref), old(current), keepttl=True)
+    history = await raw.lrange(keys.history(ref), 0, -1)
+    for n, record in enumerate(history):
+        await raw.lset(keys.history(ref), n, old(record))
+
+
+async def test_the_index_of_items_stored_before_puts_kept_it_is_found(make_memory, raw):
+    mem, store = await store_of(make_memory)
+    cases = {
+        "every": ({"a": "ramen", "b": "sushi"}, None, None),
+        "none": ({"a": "ramen", "b": "sushi"}, False, False),
+        "one": ({"a": "ramen", "b": "sushi"}, ["b"], ["b"]),
+        "stars": ({"t": "x", "b": {"c": ["sushi", "tea"]}}, ["b.c[*]"], ["b.c[0]", "b.c[1]"]),
+        "counts": ({"a": "ramen", "b": "ramen ramen"}, ["a"], ["a"]),
+    }
+    for key, (value, index, _) in cases.items():
+        await store.put(NS, key, value, index=index)
+    await store.put(NS, "deleted", {"a": "ramen"}, index=["a"])
+    await store.delete(NS, "deleted")
+    await store.put(NS, "mixed", {"a": "ramen", "b": "sushi"}, index=["b"])
+    await store.put(NS, "mixed", {"a": "ramen", "b": "tea"}, index=["a"], ttl=60)
+    for key in [*cases, "deleted"]:
+        await forget_indexes(raw, mem, NS, key)
+    # Only the history of "mixed" is old: its live put kept its index.
+    ref = store_ref(NS, "mixed")
+    history_key = mem.layout.store("alice").history(ref)
+    [first] = await raw.lrange(history_key, 0, -1)
+    head = first.split(b",", 4)
+    fields = msgpack.unpackb(head[4], raw=False)[:3]
+    await raw.lset(history_key, 0, b",".join(head[:4]) + b"," + msgpack.packb(fields))
+
+    found = {i.key: i for i in await store.histories(NS)}
+    for key, (_, _, expected) in cases.items():
+        assert found[key].index == expected, key
+    assert found["deleted"].index is False
+    assert found["mixed"].index == ["a"]
+    assert found["mixed"].expires_at is not None
+    # The old records read as before.
+    assert (await store.get(NS, "every")) is not None
+    assert [v.version for v in found["mixed"].versions] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("value", "index", "expected"),
+    [
+        ({"a": "ramen", "b": "sushi"}, None, None),
+        ({"a": "ramen", "b": "sushi"}, False, False),
+        ({"a": "ramen", "b": "sushi"}, ["b"], ["b"]),
+        ({"t": "ramen", "b": {"c": ["sushi", "tea"]}}, ["b.c[*]"], ["b.c[0]", "b.c[1]"]),
+        # The same words in two fields: the counts tell which was indexed.
+        ({"a": "ramen", "b": "ramen ramen"}, ["b"], ["b"]),
+        ({"a": "ramen", "b": "ramen ramen"}, ["a"], ["a"]),
+        # No string to index: nothing indexed.
+        ({"n": 1}, None, False),
+        # A key no path can name: every string (the closest superset).
+        ({"p": {"x.y": "ramen"}, "b": "sushi"}, ["p"], None),
+        ({"$": "ramen", "b": "sushi"}, ["$"], None),
+    ],
+)
+def test_the_index_is_found_from_the_terms(value, index, expected):
+    paths = jsonpaths.check_index(index)
+    held: Counter[str] | None = jsonpaths.indexed_terms(value, paths) or None
+    assert store_module._index_of(value, held) == expected
+    if expected is not None and expected is not False:
+        assert jsonpaths.indexed_terms(value, expected) == held
 
 
 # -- key layout -------------------------------------------------------------------------------

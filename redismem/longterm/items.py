@@ -5,10 +5,13 @@ namespace is a non-empty tuple of labels whose first label is the tenant.
 
 Stored, one version of an item is a record (see ``redismem.core.keys``)::
 
-    b"<version>,<created_ms>,<updated_ms>,<p|d>," + msgpack([RECORD_SCHEMA, value, source])
+    b"<version>,<created_ms>,<updated_ms>,<p|d>," + msgpack([RECORD_SCHEMA, value, source, index])
 
 ``p`` is a put (``value`` a dict), ``d`` a delete, a tombstone (``value``
-nil). The Lua scripts write the numbers and the op; Python packs the payload.
+nil, no ``index``). ``index`` is the ``index`` the put was given (nil: every
+string, false: none, or field paths). Records stored before puts kept it
+lack it and read as before; redismem of that time reads no record holding
+it. The Lua scripts write the numbers and the op; Python packs the payload.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 from pydantic import BaseModel, ConfigDict
@@ -133,11 +136,21 @@ class Record:
     deleted: bool
     value: dict[str, Any]
     source: dict[str, Any] | None
+    #: The ``index`` the put was given; None for a tombstone, and for a put
+    #: stored before puts kept it (then ``index_kept`` is False).
+    index: list[str] | Literal[False] | None = None
+    index_kept: bool = False
 
 
-def record_payload(value: dict[str, Any] | None, source: dict[str, Any] | None) -> bytes:
-    """The msgpack part of a record: a put's value, or None for a tombstone."""
-    packed: bytes = msgpack.packb([RECORD_SCHEMA, value, source], use_bin_type=True)
+def record_payload(
+    value: dict[str, Any] | None,
+    source: dict[str, Any] | None,
+    index: list[str] | Literal[False] | None = None,
+) -> bytes:
+    """The msgpack part of a record: a put's value and ``index``, or None
+    (and no index) for a tombstone."""
+    fields = [RECORD_SCHEMA, value, source] + ([] if value is None else [index])
+    packed: bytes = msgpack.packb(fields, use_bin_type=True)
     return packed
 
 
@@ -145,18 +158,26 @@ def decode_record(key: str, raw: bytes) -> Record:
     """A stored record; ``CorruptData`` naming ``key`` if unreadable."""
     try:
         version, created, updated, op, payload = raw.split(b",", 4)
-        schema, value, source = msgpack.unpackb(payload, raw=False)
+        schema, value, source, *kept = msgpack.unpackb(payload, raw=False)
         deleted = op == b"d"
+        index = kept[0] if kept else None
         if (
             schema != RECORD_SCHEMA
             or op not in (b"p", b"d")
             or type(value) is not (type(None) if deleted else dict)
             or not (source is None or type(source) is dict)
+            or len(kept) > (0 if deleted else 1)
+            or not (index is None or index is False or _paths(index))
         ):
             raise ValueError(f"unexpected record layout (schema {schema!r}, op {op!r})")
-        return Record(int(version), int(created), int(updated), deleted, value or {}, source)
+        numbers = int(version), int(created), int(updated)
+        return Record(*numbers, deleted, value or {}, source, index, bool(kept))
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"store record: {exc}") from exc
+
+
+def _paths(index: object) -> bool:
+    return type(index) is list and all(type(path) is str and path for path in index)
 
 
 def item_fields(namespace: tuple[str, ...], key: str, record: Record) -> dict[str, Any]:

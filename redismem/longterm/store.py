@@ -24,10 +24,15 @@ over the indexed text of the items (terms from ``recall.terms``, scores from
 the tenant; only items holding a query term are found
 (a query of stop words alone finds nothing). ``filter`` matches value fields by
 dotted path, exactly or with ``$eq $ne $gt $gte $lt $lte $in`` (the language:
-``longterm.filters``); ``index`` names the searchable fields (``longterm.jsonpaths``).
+``longterm.filters``); ``index`` names the searchable fields (``longterm.jsonpaths``),
+and each put keeps the ``index`` it was given.
 Ranking reads at most ``MAX_POSTINGS`` postings per query term (the highest
 term frequencies), and a narrow prefix is found by walking the tenant's items
 newest first: both are linear in the tenant's size, not the store's.
+
+``histories`` lists a tenant's items with everything needed to put them back
+(``redismem.portability`` exports a user with it): every version, deleted
+items too, each item's ``index`` and deadline.
 """
 
 from __future__ import annotations
@@ -35,11 +40,16 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime
+from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 from redismem.checks import check_int, check_optional_int, check_optional_str, check_write_id
 from redismem.core.backend import backend_of
+from redismem.core.codec import ms_to_datetime
 from redismem.core.connection import scan_once
 from redismem.core.epochs import EpochMoved, in_epoch
 from redismem.core.guard import read_guarded
@@ -47,6 +57,7 @@ from redismem.core.keys import (
     StoreKeys,
     escape_id,
     parse_store_namespace_ref,
+    parse_store_ref,
     store_namespace_ref,
     store_ref,
     validate_id,
@@ -73,7 +84,7 @@ from redismem.values import check_json_value
 if TYPE_CHECKING:
     from redismem.core.backend import Backend, HasBackend
 
-__all__ = ["Item", "ItemVersion", "LongTermStore", "SearchItem"]
+__all__ = ["Item", "ItemHistory", "ItemVersion", "LongTermStore", "SearchItem"]
 
 T = TypeVar("T")
 
@@ -90,6 +101,9 @@ _PAGE = 100
 _PURGE_BATCH = 200
 _PRUNE_BATCH = 500
 _PRUNE_ROUNDS = 1_000
+#: Most fields whose combinations are tried to find the index of an item
+#: stored before puts kept it (``_index_of``).
+_MAX_AMBIGUOUS = 12
 
 
 # -- argument checks and replies ------------------------------------------------
@@ -138,6 +152,26 @@ def _score_pairs(reply: Any) -> list[tuple[Any, Any]]:
     if reply and isinstance(reply[0], list | tuple):
         return [(m, s) for m, s in reply]
     return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+class ItemHistory(BaseModel):
+    """An item with everything needed to put it back (``LongTermStore.histories``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: tuple[str, ...]
+    key: str
+    #: Every version, oldest first: puts and delete tombstones (as ``history``).
+    versions: list[ItemVersion]
+    #: The ``index`` of its latest put, as given to ``put`` (None: every
+    #: string; False: none; else field paths). A put stored before puts kept
+    #: their index: found from the terms the store holds for the live version
+    #: (exact paths such as ``"a.b"`` or ``"a[0]"`` where some set of fields
+    #: gives exactly those terms, else the closest superset: None), False
+    #: when the item is deleted.
+    index: list[str] | Literal[False] | None
+    #: When the item and its history expire (None: never).
+    expires_at: datetime | None
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -234,6 +268,7 @@ class LongTermStore:
         item_value = _check_json_dict(value, "value")
         item_source = None if source is None else _check_json_dict(source, "source")
         paths = jsonpaths.check_index(index)
+        spec: list[str] | Literal[False] | None = False if paths == [] else paths
         ttl_arg = self._default_ttl_ms if ttl is None else _ttl_ms(ttl)
         op = check_write_id(write_id)
         expected = "" if if_version is None else check_int("if_version", if_version)
@@ -247,7 +282,7 @@ class LongTermStore:
             other = store_ref(other_ns, validate_id(while_at[1], "while_at key"))
             check_int("while_at version", while_at[2])
         pairs = [part for term, n in counts.items() for part in (escape_id(term), n)]
-        payload = record_payload(item_value, item_source)
+        payload = record_payload(item_value, item_source, spec)
 
         def put(keys: StoreKeys) -> Awaitable[Any]:
             args = [
@@ -293,7 +328,7 @@ class LongTermStore:
             raise VersionConflict(f"item {while_at[1]!r}", while_at[2], int(version))
         if status == -1:
             raise VersionConflict(f"item {key!r} of {namespace!r}", int(expected), int(version))
-        record = Record(version, created, updated, False, item_value, item_source)
+        record = Record(version, created, updated, False, item_value, item_source, spec, True)
         return Item(**item_fields(ns, item_key, record))
 
     async def delete(
@@ -397,6 +432,94 @@ class LongTermStore:
             return [ItemVersion(**item_fields(ns, item_key, r), deleted=r.deleted) for r in records]
 
         return await self._in_epoch(ns[0], history)
+
+    async def histories(self, namespace_prefix: tuple[str, ...], /) -> list[ItemHistory]:
+        """Every item under ``namespace_prefix`` (at least the tenant) that
+        has a version, deleted items too (until purged or expired), sorted by
+        namespace and key, each with its whole ``history``, the ``index`` of
+        its latest put and its deadline: what putting it back needs.
+
+        Read a page of items at a time, the versions and deadlines of a page
+        as of one instant (not the whole prefix); started again if the tenant
+        is cleared meanwhile."""
+        prefix = check_namespace(namespace_prefix, "namespace_prefix")
+        ref_prefix = store_namespace_ref(prefix)
+
+        async def histories(keys: StoreKeys) -> list[ItemHistory]:
+            found: list[ItemHistory] = []
+            low = "[" + ref_prefix
+            while True:
+                [page] = await self._read(
+                    keys, [("ZRANGEBYLEX", keys.refs, low, "+", "LIMIT", 0, _PAGE)]
+                )
+                refs = [_text(raw, keys.refs) for raw in page]
+                mine = [ref for ref in refs if ref.startswith(ref_prefix)]
+                found += await self._histories(keys, mine)
+                if len(mine) < _PAGE:
+                    return sorted(found, key=lambda i: (i.namespace, i.key))
+                low = "(" + refs[-1]
+
+        return await self._in_epoch(prefix[0], histories)
+
+    async def _histories(self, keys: StoreKeys, refs: list[str]) -> list[ItemHistory]:
+        """``ItemHistory`` of the items ``refs`` (those still there)."""
+        if not refs:
+            return []
+        commands: list[tuple[Any, ...]] = []
+        for ref in refs:
+            commands += [
+                ("LRANGE", keys.history(ref), 0, -1),
+                ("GET", keys.item(ref)),
+                ("ZSCORE", keys.expiry, ref),
+            ]
+        replies = await self._read(keys, commands)
+        read: list[tuple[str, list[Record], Any]] = []
+        for n, ref in enumerate(refs):
+            old, current, deadline = replies[3 * n : 3 * n + 3]
+            records = [decode_record(keys.history(ref), raw) for raw in old]
+            if current is not None:
+                records.append(decode_record(keys.item(ref), current))
+            if records:  # else expired since the refs were read
+                read.append((ref, records, deadline))
+        # Items whose live version was put before puts kept their index: the
+        # frequencies of its terms in the postings (a term not indexed has none).
+        guess = {
+            ref: list(jsonpaths.indexed_terms(records[-1].value, None))
+            for ref, records, _ in read
+            if not records[-1].deleted and not records[-1].index_kept
+        }
+        postings = [("ZSCORE", keys.term(t), ref) for ref, found in guess.items() for t in found]
+        scores = iter(await self._read(keys, postings) if postings else [])
+        out = []
+        for ref, records, deadline in read:
+            try:
+                namespace, key = parse_store_ref(ref)
+            except InvalidInput as exc:
+                raise CorruptData(keys.refs, f"bad item ref {ref!r}") from exc
+            if ref in guess:
+                held = {t: next(scores) for t in guess[ref]}
+                indexed = Counter(
+                    {t: round(_number(f, keys.term(t))) for t, f in held.items() if f is not None}
+                )
+                index = _index_of(records[-1].value, indexed)
+            else:
+                puts = [r for r in records if not r.deleted]
+                index = puts[-1].index if puts and puts[-1].index_kept else False
+            out.append(
+                ItemHistory(
+                    namespace=namespace,
+                    key=key,
+                    versions=[
+                        ItemVersion(**item_fields(namespace, key, r), deleted=r.deleted)
+                        for r in records
+                    ],
+                    index=index,
+                    expires_at=None
+                    if deadline is None
+                    else ms_to_datetime(_number(deadline, keys.expiry)),
+                )
+            )
+        return out
 
     async def search(
         self,
@@ -578,3 +701,64 @@ class LongTermStore:
                     tenants.add(parsed.user_id)
             if cursor == "0":
                 return sorted(tenants)
+
+
+# -- the index of an item stored before puts kept it -----------------------------------------
+
+
+def _index_of(
+    value: dict[str, Any], indexed: Counter[str] | None
+) -> list[str] | Literal[False] | None:
+    """The ``index`` argument that indexes ``value`` as the store holds it:
+    the ``indexed`` terms with their frequencies (None or empty: not indexed)."""
+    if not indexed:
+        return False
+    if jsonpaths.indexed_terms(value, None) == indexed:
+        return None
+    fields = [
+        (path, counts)
+        for path, text in _leaves(value, "")
+        if path is not None and (counts := Counter(terms(text))) and set(counts) <= set(indexed)
+    ]
+    if not set(indexed) <= {term for _, counts in fields for term in counts}:
+        return None  # terms of fields no path can name: index every string
+    # A field holding a term no other field holds is indexed; of the others,
+    # the fewest that give exactly the indexed terms and frequencies.
+    needed: list[int] = []
+    ambiguous: list[int] = []
+    for n, (_, counts) in enumerate(fields):
+        others = {term for m, (_, c) in enumerate(fields) if m != n for term in c}
+        (ambiguous if set(counts) <= others else needed).append(n)
+    if len(ambiguous) <= _MAX_AMBIGUOUS:
+        for size in range(len(ambiguous) + 1):
+            for extra in combinations(ambiguous, size):
+                chosen = sorted([*needed, *extra])
+                total: Counter[str] = Counter()
+                for n in chosen:
+                    total.update(fields[n][1])
+                if total == indexed:
+                    return [fields[n][0] for n in chosen]
+    return [path for path, _ in fields]
+
+
+def _leaves(node: Any, path: str | None) -> Iterator[tuple[str | None, str]]:
+    """Every string inside ``node`` with the field path naming it (``path``
+    "" at the top; None where the path syntax cannot name it: under a key
+    holding ``.``, ``[`` or ``]``, an empty key, a top-level ``$``)."""
+    if type(node) is str:
+        yield path or None, node
+    elif type(node) is list:
+        for n, element in enumerate(node):
+            yield from _leaves(element, None if not path else f"{path}[{n}]")
+    elif type(node) is dict:
+        for key, element in node.items():
+            nameable = (
+                path is not None
+                and bool(key)
+                and not any(c in key for c in ".[]")
+                and (path != "" or key != "$")
+            )
+            if not nameable:
+                yield from _leaves(element, None)
+            else:
+                yield from _leaves(element, f"{path}.{key}" if path else key)
