@@ -22,12 +22,10 @@ records: each version's value is the record as it was, with the ``change``
 and ``reason`` of that version), ``(user, "memories-chunks", ...)`` (the
 searchable chunks of documents) and ``(user, "memories-keys")`` (the lookups
 that find duplicates and the current value of a fact): restored together,
-they behave as they did. ``index`` is the field paths whose text the store
-indexed for the live version (``None``: every string; ``false``: none),
-found from the terms the store holds for it, since the store keeps the terms,
-not the paths: exact paths where some set of fields gives exactly those terms
-(``"a.b"``, ``"a[0]"``), else the closest superset (rare: a key holding ``.``
-or ``[``).
+they behave as they did. ``index`` is the ``index`` the item's latest put
+was given (``None``: every string; ``false``: none; else field paths); for
+items put before the store kept it, found from the terms the store holds
+(see ``LongTermStore.histories``, which reads the items).
 
 **What the import restores.** Into the ``Memory`` it is given (any
 namespace), for ``user_id`` or the document's user:
@@ -88,30 +86,24 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from redismem.checks import check_tags, check_time_ms
-from redismem.core.codec import ms_to_datetime
-from redismem.core.epochs import in_epoch
-from redismem.core.guard import read_guarded
-from redismem.core.keys import parse_store_ref, unescape_id, validate_id
-from redismem.errors import CorruptData, InvalidInput, VersionConflict
-from redismem.longterm.items import Record, check_namespace, decode_record
-from redismem.longterm.jsonpaths import check_index, indexed_terms
+from redismem.core.keys import validate_id
+from redismem.errors import InvalidInput, VersionConflict
+from redismem.longterm.items import check_namespace
+from redismem.longterm.jsonpaths import check_index
 from redismem.longterm.memories import CHUNKS, LOOKUPS, RECORDS
 from redismem.models import Message, Summary
-from redismem.recall.terms import terms
 from redismem.values import check_json_value
 
 if TYPE_CHECKING:
     from redismem.client import Memory
-    from redismem.core.keys import StoreKeys
+    from redismem.longterm.store import ItemHistory
 
 __all__ = ["USER_FORMAT", "ImportReport", "UserDocument", "export_user", "import_user"]
 
@@ -119,11 +111,6 @@ __all__ = ["USER_FORMAT", "ImportReport", "UserDocument", "export_user", "import
 USER_FORMAT = "redismem.user/1"
 #: Second labels of the namespaces that hold the memories (see ``longterm.memories``).
 MEMORY_LABELS = frozenset({RECORDS, CHUNKS, LOOKUPS})
-
-#: Items read per round trip by the export.
-_PAGE = 200
-#: Most fields whose combinations are tried to find an item's index paths.
-_MAX_AMBIGUOUS = 12
 
 
 # -- the document -----------------------------------------------------------------------
@@ -263,153 +250,28 @@ def _is_memory(namespace: Sequence[str]) -> bool:
 
 async def _store_items(mem: Memory, uid: str) -> list[ExportedItem]:
     """Every store item of the tenant ``uid`` with a value or a history
-    (deleted ones too), read from the store's keys in the user's epoch."""
-    backend = mem.backend
+    (deleted ones too)."""
+    return [_exported(item) for item in await mem.store.histories((uid,))]
 
-    async def read(epoch: int) -> list[ExportedItem]:
-        keys = backend.layout.store(uid, epoch)
-        found: list[ExportedItem] = []
-        low = "-"
-        while True:
-            [page] = await read_guarded(
-                backend, keys, [("ZRANGEBYLEX", keys.refs, low, "+", "LIMIT", 0, _PAGE)]
+
+def _exported(item: ItemHistory) -> ExportedItem:
+    return ExportedItem(
+        namespace=list(item.namespace),
+        key=item.key,
+        index=item.index,
+        expires_at=item.expires_at,
+        versions=[
+            ExportedVersion(
+                version=v.version,
+                created_at=v.created_at,
+                updated_at=v.updated_at,
+                deleted=v.deleted,
+                value=v.value,
+                source=v.source,
             )
-            refs = [_text(raw, keys.refs) for raw in page]
-            if not refs:
-                return found
-            found += await _read_items(mem, keys, refs)
-            if len(refs) < _PAGE:
-                return found
-            low = "(" + refs[-1]
-
-    items = await in_epoch(backend.epochs, uid, read)
-    return sorted(items, key=lambda i: (i.namespace, i.key))
-
-
-async def _read_items(mem: Memory, keys: StoreKeys, refs: list[str]) -> list[ExportedItem]:
-    commands: list[tuple[Any, ...]] = []
-    for ref in refs:
-        commands += [
-            ("LRANGE", keys.history(ref), 0, -1),
-            ("GET", keys.item(ref)),
-            ("HGET", keys.docterms, ref),
-            ("ZSCORE", keys.expiry, ref),
-        ]
-    replies = await read_guarded(mem.backend, keys, commands)
-    read: list[tuple[str, list[Record], list[str] | None, Any]] = []
-    for n, ref in enumerate(refs):
-        old, current, docterms, deadline = replies[4 * n : 4 * n + 4]
-        records = [decode_record(keys.history(ref), raw) for raw in old]
-        if current is not None:
-            records.append(decode_record(keys.item(ref), current))
-        if not records:
-            continue  # expired since the refs were read
-        indexed = None
-        if docterms is not None and not records[-1].deleted:
-            indexed = [unescape_id(t) for t in _text(docterms, keys.docterms).split()]
-        read.append((ref, records, indexed, deadline))
-    # How often each indexed term occurs in each item (the postings' scores).
-    postings = [("ZSCORE", keys.term(t), ref) for ref, _, terms_, _ in read for t in terms_ or ()]
-    scores = iter(await read_guarded(mem.backend, keys, postings) if postings else [])
-    out = []
-    for ref, records, indexed, deadline in read:
-        try:
-            namespace, key = parse_store_ref(ref)
-        except InvalidInput as exc:
-            raise CorruptData(keys.refs, f"bad item ref {ref!r}") from exc
-        counts = None
-        if indexed is not None:
-            counts = Counter({t: round(float(next(scores) or 0)) for t in indexed})
-        out.append(
-            ExportedItem(
-                namespace=list(namespace),
-                key=key,
-                index=False if records[-1].deleted else _index_of(records[-1].value, counts),
-                expires_at=None if deadline is None else ms_to_datetime(float(deadline)),
-                versions=[
-                    ExportedVersion(
-                        version=r.version,
-                        created_at=ms_to_datetime(r.created_ms),
-                        updated_at=ms_to_datetime(r.updated_ms),
-                        deleted=r.deleted,
-                        value=r.value,
-                        source=r.source,
-                    )
-                    for r in records
-                ],
-            )
-        )
-    return out
-
-
-def _text(raw: bytes | str, key: str) -> str:
-    if isinstance(raw, str):
-        return raw
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptData(key, "member is not UTF-8") from exc
-
-
-# -- which fields an item was indexed by ----------------------------------------------------
-
-
-def _index_of(
-    value: dict[str, Any], indexed: Counter[str] | None
-) -> list[str] | Literal[False] | None:
-    """The ``index`` argument that indexes ``value`` as the store holds it:
-    the ``indexed`` terms with their frequencies (None: not indexed)."""
-    if not indexed:
-        return False
-    if indexed_terms(value, None) == indexed:
-        return None
-    fields = [
-        (path, counts)
-        for path, text in _leaves(value, "")
-        if path is not None and (counts := Counter(terms(text))) and set(counts) <= set(indexed)
-    ]
-    if not set(indexed) <= {term for _, counts in fields for term in counts}:
-        return None  # terms of fields no path can name: index every string
-    # A field holding a term no other field holds is indexed; of the others,
-    # the fewest that give exactly the indexed terms and frequencies.
-    needed: list[int] = []
-    ambiguous: list[int] = []
-    for n, (_, counts) in enumerate(fields):
-        others = {term for m, (_, c) in enumerate(fields) if m != n for term in c}
-        (ambiguous if set(counts) <= others else needed).append(n)
-    if len(ambiguous) <= _MAX_AMBIGUOUS:
-        for size in range(len(ambiguous) + 1):
-            for extra in combinations(ambiguous, size):
-                chosen = sorted([*needed, *extra])
-                total: Counter[str] = Counter()
-                for n in chosen:
-                    total.update(fields[n][1])
-                if total == indexed:
-                    return [fields[n][0] for n in chosen]
-    return [path for path, _ in fields]
-
-
-def _leaves(node: Any, path: str | None) -> Iterator[tuple[str | None, str]]:
-    """Every string inside ``node`` with the field path naming it (``path``
-    "" at the top; None where the path syntax cannot name it: under a key
-    holding ``.``, ``[`` or ``]``, an empty key, a top-level ``$``)."""
-    if type(node) is str:
-        yield path or None, node
-    elif type(node) is list:
-        for n, element in enumerate(node):
-            yield from _leaves(element, None if not path else f"{path}[{n}]")
-    elif type(node) is dict:
-        for key, element in node.items():
-            nameable = (
-                path is not None
-                and bool(key)
-                and not any(c in key for c in ".[]")
-                and (path != "" or key != "$")
-            )
-            if not nameable:
-                yield from _leaves(element, None)
-            else:
-                yield from _leaves(element, f"{path}.{key}" if path else key)
+            for v in item.versions
+        ],
+    )
 
 
 # -- import -----------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from test_cli_worker import cli_env, run_cli
+from test_store import forget_indexes
 
 from redismem import (
     Document,
@@ -24,8 +24,7 @@ from redismem import (
     export_user,
     import_user,
 )
-from redismem.longterm import jsonpaths
-from redismem.portability import USER_FORMAT, UserDocument, _index_of
+from redismem.portability import USER_FORMAT, UserDocument
 from redismem.summarization.job import summarize_pass
 from redismem.summarization.summarizers import TruncationSummarizer
 
@@ -182,7 +181,7 @@ async def test_export_clear_import_gives_the_same_user(make_memory):
     by_key = {i["key"]: i for i in document["store"]}
     assert by_key["food"]["index"] == ["title"]
     assert by_key["drink"]["index"] is False
-    assert by_key["n1"]["index"] == ["sections[0].body", "sections[1].body"]
+    assert by_key["n1"]["index"] == ["sections[*].body"]  # as given to put
     assert by_key["n1"]["namespace"] == [U, "notes", "a/b"]
     assert [(v["version"], v["deleted"]) for v in by_key["back"]["versions"]] == [
         (1, False),
@@ -507,32 +506,22 @@ async def test_duplicates_and_non_objects_are_refused(make_memory):
     await mem.clear_user(U)
 
 
-# -- which fields were indexed: inferred from the stored terms -------------------------------
+# -- items stored before puts kept their index ----------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("value", "index", "expected"),
-    [
-        ({"a": "ramen", "b": "sushi"}, None, None),
-        ({"a": "ramen", "b": "sushi"}, False, False),
-        ({"a": "ramen", "b": "sushi"}, ["b"], ["b"]),
-        ({"t": "ramen", "b": {"c": ["sushi", "tea"]}}, ["b.c[*]"], ["b.c[0]", "b.c[1]"]),
-        # The same words in two fields: the counts tell which was indexed.
-        ({"a": "ramen", "b": "ramen ramen"}, ["b"], ["b"]),
-        ({"a": "ramen", "b": "ramen ramen"}, ["a"], ["a"]),
-        # No string to index: nothing indexed.
-        ({"n": 1}, None, False),
-        # A key no path can name: every string (the closest superset).
-        ({"p": {"x.y": "ramen"}, "b": "sushi"}, ["p"], None),
-        ({"$": "ramen", "b": "sushi"}, ["$"], None),
-    ],
-)
-def test_the_index_is_found_from_the_terms(value, index, expected):
-    paths = jsonpaths.check_index(index)
-    held: Counter[str] | None = jsonpaths.indexed_terms(value, paths) or None
-    assert _index_of(value, held) == expected
-    if expected is not None and expected is not False:
-        assert jsonpaths.indexed_terms(value, expected) == held
+async def test_an_item_stored_before_puts_kept_their_index_exports_its_index(make_memory, raw):
+    mem = await make_memory()
+    await mem.store.put((U, "prefs"), "food", {"title": "ramen", "body": "sushi"}, index=["title"])
+    await forget_indexes(raw, mem, (U, "prefs"), "food")
+    document = await export_user(mem, U)
+    [item] = document["store"]
+    assert item["index"] == ["title"]  # found from the terms the store holds
+    await import_user(mem, document, user_id="carol")
+    assert await search_keys(mem, "carol", "ramen") == [(("prefs",), "food")]
+    assert await search_keys(mem, "carol", "sushi") == []
+    assert (await export_user(mem, "carol"))["store"][0]["index"] == ["title"]
+    for user in (U, "carol"):
+        await mem.clear_user(user)
 
 
 # -- the CLI: redismem export / redismem import -------------------------------------------------
