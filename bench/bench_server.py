@@ -18,6 +18,11 @@ machine, with a throwaway ``redis-server`` (or ``--url``):
    client on ``redismem mcp`` (skipped with a note when the MCP server or the
    ``mcp`` package is missing).
 
+It also reads the CPU time the server process and the benchmark's own
+process (the httpx clients) spend per append, and from the server's the
+appends one server process could take per core when its clients run
+elsewhere, as in a fleet.
+
 Goals (issue 21): appends over HTTP >= 0.5x the library's, p50 <= 2 ms and
 p99 <= 20 ms; HTTP search p50 <= library p50 + 1 ms; MCP search p50 <= 10 ms.
 The client (httpx), the server and Redis share the machine's cores: on two
@@ -88,8 +93,9 @@ def cli_env(url: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_server(url: str, workdir: Path) -> Iterator[tuple[str, str]]:
-    """``redismem serve`` on a free port; yields (base URL of the namespace, write key)."""
+def running_server(url: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
+    """``redismem serve`` on a free port; yields (base URL of the namespace,
+    an admin key, the server's process id)."""
     from redismem.server.apikeys import create_key
 
     keys_file = workdir / "keys.jsonl"
@@ -125,7 +131,7 @@ def running_server(url: str, workdir: Path) -> Iterator[tuple[str, str]]:
             if time.monotonic() > deadline:
                 raise SystemExit("redismem serve did not answer within 30 s")
             time.sleep(0.05)
-        yield f"{base}/v1/namespaces/{NAMESPACE}", key
+        yield f"{base}/v1/namespaces/{NAMESPACE}", key, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -133,6 +139,12 @@ def running_server(url: str, workdir: Path) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             process.kill()
         logfile.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- 1. appends --------------------------------------------------------------
@@ -301,11 +313,13 @@ async def run(url: str, quick: bool) -> int:
     table = Table(label_width=60)
     mem = await Memory.connect(url, namespace=NAMESPACE, queue_name=QUEUE)
     try:
-        with running_server(url, workdir) as (api, key):
+        with running_server(url, workdir) as (api, key, server_pid):
             log(f"appends: {CLIENTS} clients x {per_client}, {rounds} rounds")
             lib_rates: list[float] = []
             http_rates: list[float] = []
             http_samples: list[float] = []
+            server_ms: list[float] = []
+            client_ms: list[float] = []
             for r in range(rounds):
                 sides = ("lib", "http") if r % 2 == 0 else ("http", "lib")
                 for side in sides:
@@ -313,7 +327,11 @@ async def run(url: str, quick: bool) -> int:
                     if side == "lib":
                         lib_rates.append(await library_appends(mem, tag, per_client))
                     else:
+                        server_cpu, client_cpu = cpu_seconds(server_pid), time.process_time()
                         rate, samples = await http_appends(api, key, tag, per_client)
+                        requests = CLIENTS * per_client
+                        server_ms.append((cpu_seconds(server_pid) - server_cpu) / requests * 1e3)
+                        client_ms.append((time.process_time() - client_cpu) / requests * 1e3)
                         http_rates.append(rate)
                         http_samples.extend(samples)
                 log(f"round {r + 1}: library {lib_rates[-1]:,.0f}/s, HTTP {http_rates[-1]:,.0f}/s")
@@ -330,6 +348,15 @@ async def run(url: str, quick: bool) -> int:
             )
             table.row("HTTP append p50 (ms)", "", f"{p50:.2f}", "", table.goal("<= 2", p50 <= 2))
             table.row("HTTP append p99 (ms)", "", f"{p99:.2f}", "", table.goal("<= 20", p99 <= 20))
+            server_cost, client_cost = median(server_ms), median(client_ms)
+            table.row("server CPU per append (ms)", "", f"{server_cost:.3f}")
+            table.row("client (httpx) CPU per append (ms)", "", f"{client_cost:.3f}")
+            table.row(
+                "appends/s one server process can take per core (1 / its CPU)",
+                f"{lib_rate:,.0f}",
+                f"{1000 / server_cost:,.0f}",
+                f"{1000 / server_cost / lib_rate:.2f}x",
+            )
 
             user = f"search-{uuid.uuid4().hex[:6]}"
             seconds = await fill_and_index(mem, url, user, indexed, workdir)
