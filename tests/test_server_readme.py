@@ -13,15 +13,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from server_support import (  # noqa: F401 - fixtures
-    RunningServer,
-    http_server,
-    new_id,
-    served,
-    server_env,
-)
+import server_support
+from server_support import RunningServer, server_env
 
 pytestmark = pytest.mark.processes
+http_server = server_support.http_server
+served = server_support.served
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "<!-- the walkthrough below runs as written in tests/test_server_readme.py -->"
