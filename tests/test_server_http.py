@@ -522,3 +522,43 @@ def test_an_append_while_redis_is_away_is_503_with_its_write_id_then_stored_once
         again = append(client, user, session, body, **{"Idempotency-Key": error["write_id"]})
         assert again.json()["id"] == retry.json()["id"]
         assert [m["content"] for m in stored(client, user, session)] == ["a", "while away"]
+
+
+def test_an_append_to_a_redis_never_reached_is_503_with_its_write_id_then_stored_once(
+    redis_server_factory: Any, server_factory: Any
+) -> None:
+    # Redis is down when the server starts: the first requests open the
+    # connection, and fail doing so, before the library ever sees the write.
+    disposable = redis_server_factory(extra_args=("--appendonly", "yes"))
+    disposable.stop()
+    server = server_factory(redis_url=disposable.url)
+    user, session = new_id(), new_id("s")
+    body = {"messages": [{"role": "user", "content": "before redis"}]}
+    with server.client() as client:
+        drawn = append(client, user, session, body)
+        named = append(client, user, session, body, **{"Idempotency-Key": "my-key-1"})
+        ids = []
+        for away, sent in ((drawn, None), (named, "my-key-1")):
+            assert away.status_code == 503, away.text
+            assert away.headers["retry-after"] == "1"
+            error = away.json()["error"]
+            assert error["type"] == "BackendUnavailable"
+            assert error["write_id"] and away.headers["idempotency-key"] == error["write_id"]
+            if sent is not None:
+                assert error["write_id"] == sent
+            ids.append(error["write_id"])
+        assert len(set(ids)) == 2
+        disposable.restart()
+        entries = []
+        for write_id in ids:
+            deadline = time.monotonic() + 30
+            while (
+                retry := append(client, user, session, body, **{"Idempotency-Key": write_id})
+            ).status_code != 201:
+                assert retry.status_code == 503 and time.monotonic() < deadline, retry.text
+                time.sleep(0.2)
+            again = append(client, user, session, body, **{"Idempotency-Key": write_id})
+            assert again.status_code == 201 and again.json()["id"] == retry.json()["id"]
+            entries.append(retry.json()["id"])
+        assert len(set(entries)) == 2
+        assert [m["content"] for m in stored(client, user, session)] == ["before redis"] * 2

@@ -7,7 +7,8 @@ namespace B, with nothing of B read or changed."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from server_support import RunningServer, new_id
 pytestmark = pytest.mark.processes
 http_server = server_support.http_server
 served = server_support.served
+server_factory = server_support.server_factory
 
 FACT = {
     "kind": "fact",
@@ -374,3 +376,64 @@ def test_each_route_needs_its_role_and_a_key(served: RunningServer) -> None:
         assert response.status_code in (200, 201, 204), (route, response.text)
     with served.client() as admin:
         ok(admin.delete(f"/users/{user}"))
+
+
+# -- Redis never reached ----------------------------------------------------------------
+
+
+def test_every_write_route_names_its_write_id_in_a_503_when_redis_was_never_reached(
+    redis_server_factory: Any, server_factory: Callable[..., RunningServer]
+) -> None:
+    """Redis down when the server starts: the first request of a namespace
+    opens its connection, and fails doing so, before any write is made. The
+    503 names the id to retry with (the one sent, else one the server
+    drew), and the retries with it are applied once."""
+    disposable = redis_server_factory(extra_args=("--appendonly", "yes"))
+    disposable.stop()
+    server = server_factory(redis_url=disposable.url)
+    user = new_id()
+    item = {"prefix": [user, "prefs"], "key": "seat", "value": {"row": 7}}
+    where = {"prefix": [user, "prefs"], "key": "seat"}
+    writes: dict[str, tuple[str, str, dict[str, Any]]] = {
+        "add": ("POST", f"/users/{user}/memories", {"json": {"record": FACT}}),
+        "put": ("POST", "/store/items", {"json": item}),
+        "delete": ("DELETE", "/store/items", {"params": where}),
+    }
+    with server.client() as api:
+
+        def send(name: str, write_id: str | None) -> httpx.Response:
+            method, path, options = writes[name]
+            headers = {"Idempotency-Key": write_id} if write_id else {}
+            return api.request(method, path, headers=headers, **options)
+
+        ids: dict[str, str] = {}
+        for name in writes:
+            for sent in (None, f"{name}-key-1"):
+                away = send(name, sent)
+                body = error(away, 503, "BackendUnavailable")
+                assert away.headers["retry-after"] == "1"
+                assert body["write_id"] and away.headers["idempotency-key"] == body["write_id"]
+                assert body["write_id"] == (sent or body["write_id"])
+                if sent is None:
+                    ids[name] = body["write_id"]
+        assert len(set(ids.values())) == 3
+        disposable.restart()
+
+        def retried(name: str) -> httpx.Response:
+            deadline = time.monotonic() + 30
+            while (response := send(name, ids[name])).status_code == 503:
+                assert time.monotonic() < deadline, response.text
+                time.sleep(0.2)
+            return response
+
+        added, again = ok(retried("add"), 201), ok(send("add", ids["add"]), 201)
+        assert again["record"]["id"] == added["record"]["id"]
+        put, again = ok(retried("put")), ok(send("put", ids["put"]))
+        assert put["item"]["version"] == again["item"]["version"] == 1
+        assert ok(retried("delete"), 204) is None
+        assert ok(send("delete", ids["delete"]), 204) is None
+        history = ok(api.get("/store/items/history", params=where))["versions"]
+        assert len(history) == 2  # the put and one tombstone
+        hits = ok(api.post(f"/users/{user}/memories/search", json={"status": "any"}))["hits"]
+        assert [h["record"]["id"] for h in hits] == [added["record"]["id"]]
+        ok(api.delete(f"/users/{user}/memories"))

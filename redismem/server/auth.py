@@ -10,8 +10,13 @@ then takes a token of its key's rate limit (429).
 Routes take what they need as a parameter::
 
     async def read(mem: Reader, ...)        # the namespace's Memory, role read
-    async def append(mem: Writer, ...)      # role write
+    async def append(write: WriteOnce, ...) # role write, and the write's id
     async def purge(mem: Admin, ...)        # role admin
+
+A route that writes exactly once takes ``WriteOnce``: its write id is the
+request's ``Idempotency-Key``, else one the server draws (the library's
+``new_write_id``), kept in the request's state before Redis is touched, so
+that every 503 of the route names it (``errors.WRITE_ID``).
 
 Other front ends (MCP) call ``Gate.authenticate(headers)`` and
 ``Gate.authorize(principal, namespace, role)`` directly.
@@ -23,12 +28,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Header, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from redismem.checks import check_write_id
 from redismem.client import Memory
 from redismem.server.apikeys import ROLES, KeyRing, Role, allows
-from redismem.server.errors import Forbidden, Unauthorized
+from redismem.server.errors import WRITE_ID, Forbidden, Unauthorized
 from redismem.server.limits import RateLimiter
 from redismem.server.namespaces import Namespaces
 
@@ -37,7 +43,9 @@ __all__ = [
     "Gate",
     "Principal",
     "Reader",
+    "WriteOnce",
     "Writer",
+    "Writing",
     "gate_of",
     "memory_for",
     "principal_for",
@@ -155,8 +163,48 @@ def memory_for(role: Role) -> Callable[..., Awaitable[Memory]]:
     return dependency
 
 
+@dataclass(frozen=True, slots=True)
+class Writing:
+    """What a route writing exactly once gets: the namespace's ``Memory``
+    and the write's id."""
+
+    memory: Memory
+    write_id: str
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="the write's id (1-128 printable ASCII characters, no spaces): a request "
+        "sent again with it is applied once. Without it the server draws one; a 503 names "
+        "the id to retry with (write_id, and this header)",
+    ),
+]
+
+
+async def write_once(
+    request: Request,
+    namespace: str,
+    idempotency_key: IdempotencyKey = None,
+    bearer: Bearer = None,
+    key: KeyHeader = None,
+) -> Writing:
+    """The dependency of ``WriteOnce``: the caller may write, then the write
+    id (422 for a malformed key) is kept in the request's state, then the
+    namespace's ``Memory`` (whose first connection may fail: a 503 naming
+    that id)."""
+    _check(request, namespace, "write")
+    write_id = check_write_id(idempotency_key)
+    setattr(request.state, WRITE_ID, write_id)
+    memory = await gate_of(request).namespaces.get(namespace)
+    return Writing(memory, write_id)
+
+
 _READ, _WRITE, _ADMIN = (memory_for(role) for role in ROLES)
 #: The path namespace's ``Memory``, for a key with at least this role.
 Reader = Annotated[Memory, Depends(_READ)]
 Writer = Annotated[Memory, Depends(_WRITE)]
 Admin = Annotated[Memory, Depends(_ADMIN)]
+#: The path namespace's ``Memory`` and the write's id, role write.
+WriteOnce = Annotated[Writing, Depends(write_once)]

@@ -13,7 +13,7 @@ request validation (FastAPI, pydantic)     422     ``errors``: where and why
 ``BackendFull``                            507
 ``BackendUnavailable``                     503     ``Retry-After``; ``write_id`` (and the
                                                    ``Idempotency-Key`` header) to retry with
-``ClientClosed`` (the server is stopping)  503     ``Retry-After``
+``ClientClosed`` (the server is stopping)  503     ``Retry-After``; ``write_id`` too
 other ``BackendError``                     502     (Redis answered with an error)
 ``EmbedderError`` and the like             502     (a model endpoint failed)
 ``CorruptData``, ``ConfigurationError``    500
@@ -21,6 +21,11 @@ malformed JSON, invalid UTF-8              400
 ``Problem`` subclasses below               their own (401, 403, 404, 413, 415, 429)
 anything else                              500     no detail (logged)
 =========================================  ======  =================================
+
+A write route (one taking an ``Idempotency-Key``) keeps its write id in the
+request's state (``WRITE_ID``, set by ``auth.write_once`` before Redis is
+touched): every 503 of such a route names it, even one raised before the
+library saw the write (Redis never reached since the server started).
 """
 
 from __future__ import annotations
@@ -58,16 +63,29 @@ __all__ = [
     "RateLimited",
     "Unauthorized",
     "UnsupportedMediaType",
+    "WRITE_ID",
     "error_body",
     "error_response",
     "install",
     "response_for",
+    "state_write_id",
+    "unavailable",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds a client is told to wait before retrying a 503.
 RETRY_AFTER_UNAVAILABLE = 1
+#: Where a write route keeps its write id in the request's state
+#: (``scope["state"]``, which ``request.state`` reads).
+WRITE_ID = "redismem_write_id"
+
+
+def state_write_id(scope: Mapping[str, Any]) -> str | None:
+    """The write id a write route drew for this request, if any."""
+    state = scope.get("state")
+    found = state.get(WRITE_ID) if isinstance(state, Mapping) else None
+    return found if isinstance(found, str) else None
 
 
 class Problem(Exception):
@@ -142,17 +160,20 @@ def error_response(
     return JSONResponse(error_body(kind, message, **extra), status_code=status, headers=headers)
 
 
-def _unavailable(exc: BackendUnavailable) -> JSONResponse:
+def unavailable(kind: str, message: str, write_id: str | None) -> JSONResponse:
+    """A 503: ``Retry-After``, and the write id to retry with (body and
+    ``Idempotency-Key`` header) when there is one."""
     headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)}
     extra: dict[str, Any] = {}
-    if exc.write_id is not None:
-        extra["write_id"] = exc.write_id
-        headers["Idempotency-Key"] = exc.write_id
-    return error_response(503, "BackendUnavailable", str(exc), headers=headers, **extra)
+    if write_id is not None:
+        extra["write_id"] = write_id
+        headers["Idempotency-Key"] = write_id
+    return error_response(503, kind, message, headers=headers, **extra)
 
 
-def response_for(exc: Exception) -> JSONResponse:
-    """The response for ``exc`` (see the module's table)."""
+def response_for(exc: Exception, *, write_id: str | None = None) -> JSONResponse:
+    """The response for ``exc`` (see the module's table); ``write_id``: the
+    request's, for a 503 whose exception does not name one."""
     metrics.count_error(exc)
     if isinstance(exc, Problem):
         return error_response(exc.status, type(exc).__name__, str(exc), headers=exc.headers or None)
@@ -165,14 +186,9 @@ def response_for(exc: Exception) -> JSONResponse:
     if isinstance(exc, BackendFull):
         return error_response(507, "BackendFull", str(exc))
     if isinstance(exc, BackendUnavailable):
-        return _unavailable(exc)
+        return unavailable("BackendUnavailable", str(exc), exc.write_id or write_id)
     if isinstance(exc, ClientClosed):
-        return error_response(
-            503,
-            "ClientClosed",
-            "the server is shutting down",
-            headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)},
-        )
+        return unavailable("ClientClosed", "the server is shutting down", write_id)
     if isinstance(exc, BackendError):
         return error_response(502, type(exc).__name__, str(exc))
     if isinstance(exc, EmbedderError | ExtractorError | SummarizerError):
@@ -226,7 +242,7 @@ def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
-        return response_for(exc)
+        return response_for(exc, write_id=state_write_id(request.scope))
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from redismem.longterm.memories import AddOutcome
@@ -24,7 +24,7 @@ from redismem.longterm.records import (
     MemoryStatus,
     Provenance,
 )
-from redismem.server.auth import Admin, Reader, Writer
+from redismem.server.auth import Admin, Reader, WriteOnce, Writer
 from redismem.server.schemas import ERRORS, json_response
 
 __all__ = ["router"]
@@ -116,16 +116,6 @@ class MemoriesPurged(BaseModel):
     removed: int = Field(description="records removed for good")
 
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        description="the add's id (1-128 printable ASCII characters, no spaces): "
-        "a request sent again with it adds nothing twice",
-    ),
-]
-
-
 @router.post(
     MEMORIES,
     status_code=201,
@@ -134,11 +124,9 @@ IdempotencyKey = Annotated[
     "Idempotency-Key); role write",
     responses=ERRORS,
 )
-async def add(
-    mem: Writer, user_id: str, body: MemoryAddRequest, idempotency_key: IdempotencyKey = None
-) -> Response:
-    result = await mem.memories.add(
-        user_id, body.record, source=body.source, write_id=idempotency_key
+async def add(write: WriteOnce, user_id: str, body: MemoryAddRequest) -> Response:
+    result = await write.memory.memories.add(
+        user_id, body.record, source=body.source, write_id=write.write_id
     )
     reply = MemoryAddReply(record=result.record, outcome=result.outcome, other=result.other)
     return json_response(reply, 201)

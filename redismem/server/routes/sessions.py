@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from redismem.models import Context, MemoryEntry
-from redismem.server.auth import Reader, Writer
+from redismem.server.auth import Reader, WriteOnce, Writer
 from redismem.server.schemas import (
     ERRORS,
     AppendRequest,
@@ -43,27 +43,14 @@ SESSION = "/users/{user_id}/sessions/{session_id}"
     summary="Append messages (one entry; exactly once with Idempotency-Key); role write",
     responses=ERRORS,
 )
-async def append(
-    mem: Writer,
-    user_id: str,
-    session_id: str,
-    body: AppendRequest,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            description="the write's id (1-128 printable ASCII characters, no spaces): "
-            "a request sent again with it is stored once",
-        ),
-    ] = None,
-) -> Response:
-    entry = await mem.write(
+async def append(write: WriteOnce, user_id: str, session_id: str, body: AppendRequest) -> Response:
+    entry = await write.memory.write(
         body.messages,
         session_id=session_id,
         user_id=user_id,
         tags=body.tags,
         agent_name=body.agent_name,
-        write_id=idempotency_key,
+        write_id=write.write_id,
         created_at=body.created_at,
     )
     return json_response(entry, 201)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from redismem.longterm.store import MAX_TTL, Item, ItemVersion, SearchItem
-from redismem.server.auth import Reader, Writer
+from redismem.server.auth import Reader, WriteOnce
 from redismem.server.schemas import ERRORS, json_response
 
 __all__ = ["router"]
@@ -96,14 +96,6 @@ PrefixQuery = Annotated[
     Query(description="the item's namespace, one label per parameter, in order"),
 ]
 KeyQuery = Annotated[str, Query(description="the item's key")]
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        description="the write's id (1-128 printable ASCII characters, no spaces): "
-        "a request sent again with it is applied once",
-    ),
-]
 
 
 @router.post(
@@ -113,17 +105,15 @@ IdempotencyKey = Annotated[
     "409 on if_version); role write",
     responses={**ERRORS, 409: ERRORS[422] | {"description": "if_version did not hold"}},
 )
-async def put(
-    mem: Writer, body: StorePutRequest, idempotency_key: IdempotencyKey = None
-) -> Response:
-    item = await mem.store.put(
+async def put(write: WriteOnce, body: StorePutRequest) -> Response:
+    item = await write.memory.store.put(
         tuple(body.prefix),
         body.key,
         body.value,
         index=body.index,
         ttl=body.ttl,
         source=body.source,
-        write_id=idempotency_key,
+        write_id=write.write_id,
         if_version=body.if_version,
     )
     return json_response(ItemReply(item=item))
@@ -146,10 +136,8 @@ async def get(mem: Reader, prefix: PrefixQuery, key: KeyQuery) -> Response:
     summary="Delete an item (its history keeps it, and a tombstone); role write",
     responses=ERRORS,
 )
-async def delete(
-    mem: Writer, prefix: PrefixQuery, key: KeyQuery, idempotency_key: IdempotencyKey = None
-) -> Response:
-    await mem.store.delete(tuple(prefix), key, write_id=idempotency_key)
+async def delete(write: WriteOnce, prefix: PrefixQuery, key: KeyQuery) -> Response:
+    await write.memory.store.delete(tuple(prefix), key, write_id=write.write_id)
     return Response(status_code=204)
 
 
