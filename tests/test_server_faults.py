@@ -689,6 +689,97 @@ def test_sigterm_drains_requests_in_flight_refuses_new_ones_and_exits_0(
         forget(own_redis.url, server.namespaces)
 
 
+def test_requests_still_running_when_the_shutdown_timeout_ends_are_503_to_retry_elsewhere(
+    own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """uvicorn cancels what still runs when ``--shutdown-timeout`` ends: each
+    such request gets a 503 with ``Retry-After`` (a write's with its write
+    id: the one sent, else one the server drew), never uvicorn's 500, and the
+    retries sent to another server with those ids are stored exactly once."""
+    _redis_up(own_redis)
+    timeout = 1.0
+    server = start_server(
+        own_redis.url, tmp_path / "cut", extra_args=("--shutdown-timeout", str(timeout))
+    )
+    replica: RunningServer | None = None
+    user, session = new_id(), new_id("s")
+    path = messages_path(user, session)
+    url = f"{server.api()}{path}"
+    headers = server.headers()
+    key = f"key-{uuid.uuid4().hex}"
+    raw = json.dumps(body("slow body")).encode()
+    head = (
+        f"POST {server.api().removeprefix(server.base_url)}{path} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Bearer {server.key()}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+    ).encode()
+    try:
+        with server.client() as client:
+            assert client.post(path, json=body("before")).status_code == 201
+        with ThreadPoolExecutor(4) as pool:
+            own_redis.pause()  # the appends and the read wait on Redis
+            drawn = pool.submit(httpx.post, url, json=body("drawn"), headers=headers, timeout=30)
+            named = pool.submit(
+                httpx.post,
+                url,
+                json=body("named"),
+                headers={**headers, "Idempotency-Key": key},
+                timeout=30,
+            )
+            read = pool.submit(httpx.get, url, headers=headers, timeout=30)
+            # A write whose body is still coming: cancelled before the route ran.
+            slow = pool.submit(raw_request, server.port, head, iter([raw[:10]]))
+            until(
+                lambda: accepted(server.port) >= 4,
+                within=10,
+                what="the four requests reaching the server",
+                step=0.05,
+            )
+            time.sleep(0.3)
+            server.process.send_signal(signal.SIGTERM)
+            answers = [f.result(timeout=30) for f in (drawn, named, read)]
+            slow_answer = slow.result(timeout=30)
+        own_redis.resume()
+        drawn_id = check_503(answers[0], None)
+        assert check_503(answers[1], key) == key
+        assert answers[2].status_code == 503, answers[2].text
+        assert int(answers[2].headers["retry-after"]) >= 1
+        assert "write_id" not in answers[2].json()["error"]  # a read: nothing to name
+        status_line, _, rest = slow_answer.partition(b"\r\n")
+        assert status_line.startswith(b"HTTP/1.1 503 "), slow_answer[:300]
+        slow_head, _, slow_body = rest.partition(b"\r\n\r\n")
+        assert b"retry-after: 1" in slow_head.lower(), slow_head
+        slow_id = json.loads(slow_body)["error"]["write_id"]
+        assert slow_id and slow_id not in (drawn_id, key)
+        assert server.process.wait(timeout=30) == 0, server.log()[-4000:]
+        logged = server.log()
+        assert "Traceback" not in logged and "Exception in ASGI" not in logged, logged[-4000:]
+
+        # Another replica takes the retries: each write stored once.
+        replica = start_server(
+            own_redis.url,
+            tmp_path / "replica",
+            namespaces=server.namespaces,
+            queue_name=server.queue_name,
+        )
+        with replica.client() as client:
+            for content, write_id in (("drawn", drawn_id), ("named", key), ("slow body", slow_id)):
+                for _ in range(2):
+                    retried = client.post(
+                        path, json=body(content), headers={"Idempotency-Key": write_id}
+                    )
+                    assert retried.status_code == 201, retried.text
+            assert sorted(contents(client, user, session)) == sorted(
+                ["before", "drawn", "named", "slow body"]
+            )
+    finally:
+        own_redis.resume()
+        server.stop()
+        if replica is not None:
+            replica.stop()
+        forget(own_redis.url, server.namespaces)
+
+
 # -- 4. hostile input -----------------------------------------------------------------
 
 

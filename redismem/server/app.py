@@ -135,6 +135,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.state.readiness = readiness
     errors.install(app)
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)
+    # Outside the guard, inside the metrics (added last): a request the
+    # shutdown cancels is counted as the 503 it gets.
+    app.add_middleware(errors.CancelledRequests)
 
     @app.get("/healthz", tags=["probes"], summary="The process answers (no Redis call)")
     async def healthz() -> dict[str, str]:

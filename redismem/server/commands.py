@@ -94,7 +94,8 @@ def add_commands(sub: Any) -> None:
         type=float,
         default=25.0,
         metavar="SECONDS",
-        help="on SIGTERM, how long requests in flight may take to finish (25)",
+        help="on SIGTERM, how long requests in flight may take to finish (25); those "
+        "still running then get 503 with Retry-After (and a write its write id)",
     )
     serve.add_argument(
         "--insecure-no-auth",

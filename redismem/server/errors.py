@@ -26,10 +26,16 @@ A write route (one taking an ``Idempotency-Key``) keeps its write id in the
 request's state (``WRITE_ID``, set by ``auth.write_once`` before Redis is
 touched): every 503 of such a route names it, even one raised before the
 library saw the write (Redis never reached since the server started).
+
+A request still running when the server's shutdown timeout ends is cancelled
+by uvicorn, which would answer 500: ``CancelledRequests`` answers 503 with
+``Retry-After`` instead (``ClientClosed``; a write route's with its write
+id), so the client retries against another replica.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping
@@ -39,8 +45,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from redismem import metrics
+from redismem.checks import check_write_id, new_write_id
 from redismem.errors import (
     BackendError,
     BackendFull,
@@ -56,6 +64,7 @@ from redismem.errors import (
 
 __all__ = [
     "BadRequest",
+    "CancelledRequests",
     "Forbidden",
     "NotServed",
     "PayloadTooLarge",
@@ -236,6 +245,76 @@ def _http(exc: StarletteHTTPException) -> JSONResponse:
         message = "the body is not valid JSON (malformed, not UTF-8, or nested too deep)"
     kind = _HTTP_NAMES.get(exc.status_code, f"HTTP{exc.status_code}")
     return error_response(exc.status_code, kind, message, headers=exc.headers)
+
+
+def _takes_write_id(route: Any) -> bool:
+    """Whether ``route`` (a FastAPI route) reads an ``Idempotency-Key``."""
+    pending = [getattr(route, "dependant", None)]
+    while pending:
+        dependant = pending.pop()
+        if dependant is None:
+            continue
+        if any(str(p.alias).lower() == "idempotency-key" for p in dependant.header_params):
+            return True
+        pending.extend(dependant.dependencies)
+    return False
+
+
+def _write_id_at_cancel(scope: Scope) -> str | None:
+    """The id a cancelled request's client should retry with: the one its
+    route drew, else (cancelled before the route ran: nothing was written)
+    its ``Idempotency-Key``, else a fresh one; None for a route that takes
+    no write id."""
+    drawn = state_write_id(scope)
+    if drawn is not None or not _takes_write_id(scope.get("route")):
+        return drawn
+    for name, value in scope.get("headers", ()):
+        if bytes(name).lower() == b"idempotency-key":
+            try:
+                return check_write_id(bytes(value).decode("latin-1"))
+            except InvalidInput:
+                break
+    return new_write_id()
+
+
+class CancelledRequests:
+    """ASGI middleware: a request cancelled before its answer started gets
+    a 503 (``ClientClosed``, ``Retry-After``, a write route's write id)
+    instead of uvicorn's 500. uvicorn cancels the requests still running
+    when ``--shutdown-timeout`` ends, and nothing else: the cancellation is
+    taken here, the 503 sent, and the request ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if started:
+                raise  # too late for another answer: uvicorn closes the connection
+            logger.warning(
+                "%s %s cancelled (the shutdown timeout ended): answered 503",
+                scope.get("method", ""),
+                scope.get("path", ""),
+            )
+            response = unavailable(
+                "ClientClosed", "the server is shutting down", _write_id_at_cancel(scope)
+            )
+            metrics.count_error(ClientClosed("the server is shutting down"))
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
