@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -351,6 +353,107 @@ def test_a_body_that_is_not_json_is_415_and_changes_nothing(api: httpx.Client) -
         == 201
     )
     assert len(stored(api, user, session)) == 1
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response read off ``sock``: status, headers (lower-case
+    names), body (the server's answers all have a Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(65536)
+        assert more, f"the connection closed before an answer: {data[:300]!r}"
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    length = int(headers["content-length"])
+    while len(body) < length:
+        more = sock.recv(65536)
+        assert more, "the connection closed in the middle of the answer"
+        body += more
+    return int(status_line.split()[1]), headers, body[:length]
+
+
+def chunked_request(served: RunningServer, path: str, content_type: str) -> bytes:
+    """The head of a POST to ``path`` (under namespace a) with a chunked body."""
+    return (
+        f"POST {served.api().removeprefix(served.base_url)}{path} HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Bearer {served.key()}\r\n"
+        f"Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+
+
+def chunk_encoded(body: bytes, size: int = 64 * 1024) -> Iterator[bytes]:
+    for start in range(0, len(body), size):
+        piece = body[start : start + size]
+        yield b"%x\r\n%s\r\n" % (len(piece), piece)
+    yield b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status", "kind"),
+    [("text/plain", 415, "UnsupportedMediaType"), ("application/json", 400, "BadRequest")],
+    ids=["wrong-type", "invalid-utf8"],
+)
+def test_a_refused_1mb_body_is_read_before_its_answer_and_the_connection_kept(
+    served: RunningServer, content_type: str, status: int, kind: str
+) -> None:
+    """As a reverse proxy does: the whole body sent, then the answer read.
+    A server answering before it has read the body, and closing, makes the
+    sender see a reset (nginx then answers 502). The body, under the limit,
+    is read to its end; the answer keeps the connection for the next
+    request."""
+    user, session = new_id(), new_id("s")
+    path = f"/users/{user}/sessions/{session}/messages"
+    body = b'{"messages": [{"role": "user", "content": "\xff' + b"y" * 1_000_000 + b'"}]}'
+    assert len(body) < 1024 * 1024
+    head = chunked_request(served, path, content_type)
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+            sock.sendall(head)
+            for i, piece in enumerate(chunk_encoded(body)):
+                sock.sendall(piece)  # a reset here is what the proxy saw
+                if i == 0:
+                    time.sleep(0.05)  # the rest comes later, as a proxy streams it
+            answer, headers, text = read_response(sock)
+            assert (answer, json.loads(text)["error"]["type"]) == (status, kind), text[:300]
+            assert headers.get("connection", "").lower() != "close", headers
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            again, _, text = read_response(sock)
+            assert (again, json.loads(text)) == (200, {"status": "ok"})
+    with served.client() as client:
+        assert stored(client, user, session) == []
+
+
+def test_a_body_over_the_limit_is_answered_413_in_full_before_the_connection_closes(
+    served: RunningServer,
+) -> None:
+    """A body over the limit is not read to its end: the 413 goes out whole,
+    then the server closes (what a client still sending makes of that close
+    is its own affair; nginx, in deploy/, refuses such bodies itself)."""
+    user, session = new_id(), new_id("s")
+    path = f"/users/{user}/sessions/{session}/messages"
+    body = b'{"messages": [{"role": "user", "content": "' + b"y" * 2_000_000 + b'"}]}'
+    head = chunked_request(served, path, "application/json")
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+
+            def send() -> None:
+                try:
+                    sock.sendall(head)
+                    for piece in chunk_encoded(body):
+                        sock.sendall(piece)
+                except OSError:
+                    pass  # the server closed: expected once it has answered
+
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            answer, headers, text = read_response(sock)
+            assert answer == 413 and json.loads(text)["error"]["type"] == "PayloadTooLarge"
+            assert headers["connection"].lower() == "close"
+            sender.join(timeout=30)
+    with served.client() as client:
+        assert stored(client, user, session) == []
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,16 @@ request rate per API key (``RateLimiter``).
 ``BodyGuard`` is plain ASGI, outside the routes: a body declared larger than
 the limit (``Content-Length``) is refused before it is read, and one that
 grows past it while it streams in (chunked, or a lying ``Content-Length``) is
-refused at the first chunk over the limit, so no route ever sees it (413).
+refused at the first chunk over the limit, so no route ever sees it (413,
+and the connection closed once the answer is out: the rest is not read).
 Under ``/v1`` a body must be JSON (``application/json`` or ``+json``), else
 415, and UTF-8 (checked as it streams in), else 400: the JSON parser would
-take UTF-16 or UTF-32, and let UTF-8-encoded surrogates through. The rate
-limit is a token bucket per key in each server process (429 with
-``Retry-After``); the auth dependency takes a token per request.
+take UTF-16 or UTF-32, and let UTF-8-encoded surrogates through. Before a
+415 or a 400 the rest of the body is read and dropped (up to the limit, then
+the connection is closed instead): a reverse proxy still sending it would
+see a reset and answer 502, where now it gets the answer and keeps the
+connection. The rate limit is a token bucket per key in each server process
+(429 with ``Retry-After``); the auth dependency takes a token per request.
 """
 
 from __future__ import annotations
@@ -84,25 +88,29 @@ class BodyGuard:
             content_type = _header(scope, b"content-type")
             if content_type is None or not _is_json(content_type):
                 shown = content_type.decode("latin-1") if content_type else "none"
+                kept = await self._drain(scope, receive, 0)
                 await self._refuse(
                     scope,
                     send,
                     UnsupportedMediaType(
                         f"the body must be JSON (Content-Type: application/json), not {shown}"
                     ),
+                    close=not kept,
                 )
                 return
         received = 0
+        ended = not has_body
         utf8 = codecs.getincrementaldecoder("utf-8")() if json_body else None
         refusal: Exception | None = None
         started = False
 
         async def limited() -> Message:
-            nonlocal received, refusal
+            nonlocal received, refusal, ended
             message = await receive()
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
                 received += len(chunk)
+                ended = not message.get("more_body", False)
                 if received > self.max_bytes:
                     refusal = self._too_large()
                 elif utf8 is not None:
@@ -126,14 +134,40 @@ class BodyGuard:
         with contextlib.suppress(_Refused):
             await self.app(scope, limited, guarded)
         if refusal is not None and not started:
-            await self._refuse(scope, send, refusal)
+            kept = False
+            if not isinstance(refusal, PayloadTooLarge):
+                kept = ended or await self._drain(scope, receive, received)
+            await self._refuse(scope, send, refusal, close=not kept)
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(f"the request body is larger than {self.max_bytes} bytes")
 
-    async def _refuse(self, scope: Scope, send: Send, problem: Exception) -> None:
+    async def _drain(self, scope: Scope, receive: Receive, received: int) -> bool:
+        """Read and drop the rest of the body, ``received`` bytes of it read
+        already; False (the connection is to be closed) when it goes past the
+        limit, the client left, or it was never asked for (``Expect:
+        100-continue``: asking would make the client send it)."""
+        if _header(scope, b"expect") is not None:
+            return False
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                return False
+            if not message.get("more_body", False):
+                return True
+
+    async def _refuse(
+        self, scope: Scope, send: Send, problem: Exception, *, close: bool = True
+    ) -> None:
+        """Answer ``problem``; ``close``: and close the connection once the
+        answer is out (uvicorn writes it whole, then closes), the rest of
+        the body unread."""
         response = response_for(problem)
-        response.headers["Connection"] = "close"
+        if close:
+            response.headers["Connection"] = "close"
 
         async def nothing() -> Message:
             return {"type": "http.disconnect"}
