@@ -421,11 +421,12 @@ def test_compose_server_takes_its_keys_from_a_secret_and_checks_readyz_with_curl
     host, host_port, container_port = str(published).split(":")
     assert host == "127.0.0.1" and int(container_port) == settings.port
     assert int(host_port) == nginx_upstream_port()
-    # An HTTP GET of /readyz by curl (installed in the image): no interpreter starts.
+    # An HTTP GET of /readyz by curl (installed in the image): no interpreter
+    # starts. Workers optional: a worker outage leaves the server taking writes.
     health = server["healthcheck"]
     test = health["test"]
     assert test[:2] == ["CMD", "curl"] and "-fsS" in test, test
-    assert test[-1] == f"http://127.0.0.1:{settings.port}/readyz"
+    assert test[-1] == f"http://127.0.0.1:{settings.port}/readyz?workers=optional"
     assert "curl" in dockerfile_packages()
     assert _seconds(health["interval"]) >= 5 and health["retries"] >= 2
     assert _seconds(health["start_period"]) >= 10
@@ -780,10 +781,12 @@ def test_k8s_server_probes_are_http_gets_of_healthz_and_readyz() -> None:
     def port(ref: str | int) -> int:
         return ports[ref] if isinstance(ref, str) else ref
 
+    # Readiness without workers: a worker outage leaves every pod in the
+    # Service, taking writes (their work waits in the queue).
     expected = {
         "startupProbe": "/healthz",
         "livenessProbe": "/healthz",
-        "readinessProbe": "/readyz",
+        "readinessProbe": "/readyz?workers=optional",
     }
     for probe, path in expected.items():
         spec = container[probe]

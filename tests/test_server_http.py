@@ -97,6 +97,15 @@ def test_readyz_is_503_without_a_worker_then_200_once_one_runs(
     assert "no healthy worker" in body["checks"]["workers"]
     assert body["error"]["type"] == "NotReady"
     assert response.headers["retry-after"] == "1"
+    # Workers optional (a readiness probe: writes wait in the queue): ready,
+    # with the same checks reported.
+    optional = httpx.get(f"{served.base_url}/readyz", params={"workers": "optional"})
+    assert optional.status_code == 200, optional.text
+    assert optional.json() == {"status": "ready", "checks": body["checks"]}
+    required = httpx.get(f"{served.base_url}/readyz", params={"workers": "required"})
+    assert required.status_code == 503 and required.json() == body
+    wrong = httpx.get(f"{served.base_url}/readyz", params={"workers": "maybe"})
+    assert wrong.status_code == 422, wrong.text
 
     workers.start(worker_env(served.redis_url, ",".join(served.namespaces), served.queue_name))
     deadline = time.monotonic() + 30
@@ -109,7 +118,24 @@ def test_readyz_is_503_without_a_worker_then_200_once_one_runs(
     }
 
 
+def test_readyz_is_503_without_redis_even_with_workers_optional(
+    redis_server_factory: Any, server_factory: Callable[..., RunningServer]
+) -> None:
+    disposable = redis_server_factory()
+    disposable.stop()
+    server = server_factory(redis_url=disposable.url)
+    for params in ({}, {"workers": "optional"}):
+        response = httpx.get(f"{server.base_url}/readyz", params=params, timeout=30)
+        assert response.status_code == 503, (params, response.text)
+        body = response.json()
+        assert body["status"] == "unready" and body["error"]["type"] == "NotReady"
+        assert body["checks"]["redis"].startswith("unreachable")
+        assert body["checks"]["queue"].startswith("unreachable")
+        assert response.headers["retry-after"] == "1"
+
+
 def test_readyz_looks_at_redis_at_most_once_a_second(served: RunningServer) -> None:
+    time.sleep(1.1)  # not an answer cached by the test before
     started = time.monotonic()
     answers = [httpx.get(f"{served.base_url}/readyz").json() for _ in range(20)]
     if time.monotonic() - started < 0.9:  # all within one cache period

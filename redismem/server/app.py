@@ -3,8 +3,11 @@
 Routes under ``/v1/namespaces/{namespace}`` (``redismem.server.routes``),
 ``/healthz`` (the process answers; no Redis call), ``/readyz`` (Redis and the
 queue answer and a worker was seen recently; cached for a second, so probes
-every few seconds cost one look), ``/openapi.json`` and ``/docs``. MCP
-(``/mcp``) and metrics (``/metrics``) are mounted in ``_mount_extras``.
+every few seconds cost one look; ``?workers=optional``: the same checks, but
+ready while Redis and the queue answer, for a readiness probe: a worker
+outage leaves the server taking writes, whose work waits in the queue),
+``/openapi.json`` and ``/docs``. MCP (``/mcp``) and metrics (``/metrics``)
+are mounted in ``_mount_extras``.
 
 ``create_app_from_env`` is the factory uvicorn calls in each process of
 ``redismem serve --workers N``.
@@ -17,10 +20,11 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from redismem import metrics
@@ -31,9 +35,10 @@ from redismem.server.auth import Gate
 from redismem.server.limits import BodyGuard, RateLimiter
 from redismem.server.namespaces import Namespaces
 from redismem.server.routes import ROUTERS
+from redismem.server.schemas import ErrorBody
 from redismem.server.settings import ServerSettings
 
-__all__ = ["Readiness", "create_app", "create_app_from_env"]
+__all__ = ["ReadyLook", "Readiness", "create_app", "create_app_from_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,23 @@ def _version() -> str:
         return "unknown"
 
 
+@dataclass(frozen=True, slots=True)
+class ReadyLook:
+    """One look of ``Readiness``: each check's finding, and which failed."""
+
+    checks: dict[str, str]
+    failed: frozenset[str]
+
+    def ready(self, *, workers: bool = True) -> bool:
+        """Whether every check passed (``workers`` False: but the workers')."""
+        return not (self.failed if workers else self.failed - {"workers"})
+
+    def why(self, *, workers: bool = True) -> str:
+        """The failed checks' findings."""
+        counted = self.failed if workers else self.failed - {"workers"}
+        return "; ".join(f"{k}: {v}" for k, v in self.checks.items() if k in counted)
+
+
 class Readiness:
     """``/readyz``: the memory Redis answers PING, the queue Redis answers and
     a worker of the queue has a fresh health record (as ``redismem worker
@@ -60,10 +82,10 @@ class Readiness:
         self._settings = settings
         self._namespaces = namespaces
         self._lock = asyncio.Lock()
-        self._answer: tuple[bool, dict[str, str]] | None = None
+        self._answer: ReadyLook | None = None
         self._at = 0.0
 
-    async def check(self) -> tuple[bool, dict[str, str]]:
+    async def check(self) -> ReadyLook:
         if self._answer is not None and time.monotonic() - self._at < READY_CACHE_S:
             return self._answer
         async with self._lock:
@@ -72,12 +94,12 @@ class Readiness:
                 self._at = time.monotonic()
             return self._answer
 
-    async def _look(self) -> tuple[bool, dict[str, str]]:
+    async def _look(self) -> ReadyLook:
         from redismem.workers.health import FORGET_S, worker_health
 
         settings = self._settings
         checks: dict[str, str] = {}
-        ready = True
+        failed: set[str] = set()
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):
                 memory = await self._namespaces.get(settings.namespaces[0])
@@ -85,7 +107,7 @@ class Readiness:
             checks["redis"] = "ok"
         except (RedisMemError, OSError, TimeoutError) as exc:
             checks["redis"] = f"unreachable: {exc or 'no answer in time'}"
-            ready = False
+            failed.add("redis")
         queue_url = settings.queue_url or settings.url
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):
@@ -99,11 +121,11 @@ class Readiness:
                     f"no healthy worker on queue {settings.queue_name!r} "
                     f"(seen in the last {FORGET_S} s: {len(health)})"
                 )
-                ready = False
+                failed.add("workers")
         except (RedisMemError, OSError, TimeoutError) as exc:
             checks["queue"] = f"unreachable: {exc or 'no answer in time'}"
-            ready = False
-        return ready, checks
+            failed.add("queue")
+        return ReadyLook(checks, frozenset(failed))
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -147,15 +169,27 @@ def create_app(settings: ServerSettings) -> FastAPI:
         "/readyz",
         tags=["probes"],
         summary="Redis and the queue answer, and a worker was seen recently",
-        responses={503: {"description": "not ready; the checks say why"}},
+        description="With workers=optional the same checks are reported, but the server is "
+        "ready while Redis and the queue answer: for a readiness probe, as a worker outage "
+        "leaves the server taking writes (their work waits in the queue).",
+        responses={
+            422: {"model": ErrorBody, "description": "workers is neither required nor optional"},
+            503: {"description": "not ready; the checks say why"},
+        },
     )
-    async def readyz() -> JSONResponse:
-        ready, checks = await readiness.check()
-        if ready:
-            return JSONResponse({"status": "ready", "checks": checks})
-        failed = "; ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
+    async def readyz(
+        workers: Annotated[
+            Literal["required", "optional"],
+            Query(description="optional: ready without a worker seen recently"),
+        ] = "required",
+    ) -> JSONResponse:
+        look = await readiness.check()
+        required = workers == "required"
+        if look.ready(workers=required):
+            return JSONResponse({"status": "ready", "checks": look.checks})
+        failed = look.why(workers=required)
         body: dict[str, Any] = errors.error_body("NotReady", failed)
-        body.update(status="unready", checks=checks)
+        body.update(status="unready", checks=look.checks)
         return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
     for router in ROUTERS:
