@@ -46,6 +46,12 @@ async def summary_jobs(raw: Any, queue_name: str) -> list[bytes]:
     return [j for j in await raw.zrange(queue_name, 0, -1) if j.startswith(b"sum:")]
 
 
+async def jobs_ended(raw: Any, queue_name: str) -> bool:
+    """No summarization job waiting or running: arq keeps a job in its queue
+    until the job has returned."""
+    return not await summary_jobs(raw, queue_name)
+
+
 def run_stats(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``redismem stats``, as an operator runs it."""
     return subprocess.run(
@@ -94,6 +100,12 @@ async def test_a_corrupt_session_fails_once_shows_in_stats_and_is_not_retried(
         return records
 
     [record] = await eventually(failed, what="the failure record", describe=workers.logs)
+    # The job records the failure (queue Redis), then clears the mark (memory
+    # Redis): what it leaves is checked once it has ended.
+    await eventually(
+        lambda: jobs_ended(raw, queue_name), what="the job to end", describe=workers.logs
+    )
+    [record] = await failed()
     assert (record["user"], record["session"], record["tries"]) == ("default", SID, 1)
     assert record["error"].startswith("CorruptData: ")
     assert keys.msgs in record["error"]  # names the key
@@ -122,6 +134,10 @@ async def test_a_corrupt_session_fails_once_shows_in_stats_and_is_not_retried(
     await eventually(
         lambda: _failures_reach(raw, memory, 2), what="a second record", describe=workers.logs
     )
+    await eventually(
+        lambda: jobs_ended(raw, queue_name), what="the job to end", describe=workers.logs
+    )
+    assert await raw.zscore(pending, SID) is None
     starts = job_starts(worker.log())
     await asyncio.sleep(2.5)
     assert (await stats(raw, memory))["counters"].get("failures") == 2
