@@ -43,11 +43,12 @@ The index's size in bytes is not reported: Redis knows it only key by key
 **Processes.** Each process has its own values. Every ``redismem worker``
 serves its own on ``--metrics-port``: scrape each worker (one target per
 worker or pod). ``redismem serve --workers N`` runs N processes behind one
-port, where a scrape would reach one of them at random: there, set
-``PROMETHEUS_MULTIPROC_DIR`` to an empty directory (wiped before each start)
-and prometheus-client's multiprocess mode applies: every process writes its
-values to files there and ``/metrics`` merges them. The gauges, which the
-workers set, report the most recent value in that mode.
+port, where a scrape would reach one of them at random: there
+prometheus-client's multiprocess mode applies, in ``PROMETHEUS_MULTIPROC_DIR``
+(an empty directory, wiped before each start) or, when it is not set, a
+private temporary directory the command makes and removes: every process
+writes its values to files there and ``/metrics`` merges them. The gauges,
+which the workers set, report the most recent value in that mode.
 """
 
 from __future__ import annotations

@@ -582,3 +582,41 @@ def test_with_workers_and_a_multiprocess_dir_metrics_add_up_every_process(
             before, "redismem_http_requests_total", **labels
         )
         assert done == probes
+
+
+@pytest.mark.processes
+def test_with_workers_and_no_multiprocess_dir_serve_makes_a_private_one_removed_at_exit(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    server = server_factory(extra_args=("--workers", "2"))
+    assert "PROMETHEUS_MULTIPROC_DIR" not in server.env
+    found = re.search(r"PROMETHEUS_MULTIPROC_DIR=(\S+)", server.log())
+    assert found, server.log()
+    directory = Path(found.group(1))
+    assert directory.is_dir() and (directory.stat().st_mode & 0o777) == 0o700
+    before = parse(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+    probes = 20
+    for _ in range(probes):  # a new connection each: both processes answer some
+        assert httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
+    pids = {path.name.rpartition("_")[2] for path in directory.glob("*.db")}
+    assert len(pids) >= 2, sorted(path.name for path in directory.iterdir())
+    labels = {"route": "/healthz", "method": "GET", "status": "200"}
+    for _ in range(4):  # whichever process answers the scrape
+        after = parse(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+        done = value(after, "redismem_http_requests_total", **labels) - value(
+            before, "redismem_http_requests_total", **labels
+        )
+        assert done == probes
+    assert server.stop() == 0, server.log()[-4000:]
+    assert not directory.exists()
+    # One process: nothing to merge, no directory.
+    single = server_factory()
+    assert "PROMETHEUS_MULTIPROC_DIR" not in single.log()
+    helped = subprocess.run(
+        [sys.executable, "-m", "redismem", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "PROMETHEUS_MULTIPROC_DIR" in " ".join(helped.stdout.split())

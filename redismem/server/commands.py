@@ -8,8 +8,11 @@ imported here: FastAPI and uvicorn only when a command runs, with a
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +61,13 @@ def add_commands(sub: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     serve.add_argument("--port", type=_whole(1), default=8080, help="port (8080)")
     serve.add_argument(
-        "--workers", type=_whole(1), default=1, help="server processes (1), each with its app"
+        "--workers",
+        type=_whole(1),
+        default=1,
+        help="server processes (1), each with its app. With more than one, /metrics adds up "
+        "every process's whichever answers: their values go to files in "
+        "$PROMETHEUS_MULTIPROC_DIR (an empty directory) or, when it is not set, in a private "
+        "temporary directory made at start and removed at exit",
     )
     serve.add_argument(
         "--namespace",
@@ -233,10 +242,13 @@ def _serve(args: argparse.Namespace) -> int:
         "lifespan": "on",
     }
     app: Any
+    private_metrics: str | None = None
     if settings.workers > 1:
         # Each process builds its app from the environment it inherits.
         env.export(settings.to_env())
         create_app(settings)  # a bad keys file fails here, once, not in each process
+        if env.prometheus_multiproc_dir() is None:
+            private_metrics = _private_metrics_dir(settings.workers)
         app = "redismem.server.app:create_app_from_env"
         options.update(factory=True, workers=settings.workers)
     else:
@@ -253,8 +265,28 @@ def _serve(args: argparse.Namespace) -> int:
     # handler it found in place: with this one the command exits 0 (a stop that
     # was asked for is no failure, for systemd, Kubernetes or a script).
     signal.signal(signal.SIGTERM, _stopped)
-    uvicorn.run(app, **options)
+    try:
+        uvicorn.run(app, **options)
+    finally:
+        if private_metrics is not None:
+            shutil.rmtree(private_metrics, ignore_errors=True)
     return 0
+
+
+def _private_metrics_dir(processes: int) -> str:
+    """A fresh directory (mode 0700) for prometheus-client's multiprocess
+    mode, set as ``PROMETHEUS_MULTIPROC_DIR`` for the server's processes
+    (started after this), so that ``/metrics`` adds up all of them; the
+    caller removes it at exit."""
+    directory = tempfile.mkdtemp(prefix="redismem-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    print(
+        f"redismem: the {processes} processes' metrics are merged through "
+        f"PROMETHEUS_MULTIPROC_DIR={directory} (made for this run, removed at exit)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return directory
 
 
 def _stopped(signum: int, frame: Any) -> None:
