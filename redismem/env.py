@@ -188,6 +188,12 @@ def prometheus_multiproc_dir(environ: Environ = None) -> str | None:
     return value.strip() or None
 
 
+def set_prometheus_multiproc_dir(directory: str) -> None:
+    """Set ``PROMETHEUS_MULTIPROC_DIR`` for this process and those it starts
+    (``redismem serve --workers N`` merging its processes' metrics)."""
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+
+
 def describe(names: Iterable[str] = WORKER_VARIABLES) -> str:
     """Help text for ``names``: each variable and what it means."""
     lines = ["environment (read when the command starts):"]

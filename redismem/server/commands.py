@@ -8,7 +8,6 @@ imported here: FastAPI and uvicorn only when a command runs, with a
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import sys
@@ -279,7 +278,7 @@ def _private_metrics_dir(processes: int) -> str:
     (started after this), so that ``/metrics`` adds up all of them; the
     caller removes it at exit."""
     directory = tempfile.mkdtemp(prefix="redismem-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    env.set_prometheus_multiproc_dir(directory)
     print(
         f"redismem: the {processes} processes' metrics are merged through "
         f"PROMETHEUS_MULTIPROC_DIR={directory} (made for this run, removed at exit)",
