@@ -11,6 +11,8 @@ machine, with a throwaway ``redis-server`` (or ``--url``):
    rate limit off); directly: 16 tasks calling ``Memory.write``. Throughput
    of each, their ratio, and the HTTP request latency p50/p99 (client side,
    so it includes httpx). Rounds alternate the order of the sides; medians.
+   Then the latency of appends sent one at a time by one client, which wait
+   for no other request.
 2. Search at 10,000 indexed messages of one user (indexed by a real
    ``redismem worker``): p50 of ``Memory.search`` against p50 of
    ``POST .../search`` over HTTP, sequential, the same queries.
@@ -196,6 +198,25 @@ async def http_appends(api: str, key: str, run: str, per_client: int) -> tuple[f
     return rate, samples
 
 
+async def sequential_http_appends(api: str, key: str, count: int) -> list[float]:
+    """Milliseconds of each of ``count`` appends made one after another by
+    one client: the latency of a request that waits for no other."""
+    message = conversation(2, 1)[0]
+    samples: list[float] = []
+    async with httpx.AsyncClient(
+        base_url=api, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as client:
+        path = f"/users/seq-{uuid.uuid4().hex[:6]}/sessions/one/messages"
+        for i in range(count + 20):
+            began = time.perf_counter()
+            reply = await client.post(path, json={"messages": [message]})
+            if i >= 20:  # warm-up
+                samples.append((time.perf_counter() - began) * 1000)
+            if reply.status_code != 201:
+                raise SystemExit(f"append answered {reply.status_code}: {reply.text[:300]}")
+    return samples
+
+
 # -- 2. search ---------------------------------------------------------------
 
 
@@ -348,6 +369,12 @@ async def run(url: str, quick: bool) -> int:
             )
             table.row("HTTP append p50 (ms)", "", f"{p50:.2f}", "", table.goal("<= 2", p50 <= 2))
             table.row("HTTP append p99 (ms)", "", f"{p99:.2f}", "", table.goal("<= 20", p99 <= 20))
+            alone = await sequential_http_appends(api, key, 200 if quick else 1000)
+            table.row(
+                "HTTP append p50 / p99, one client alone (ms)",
+                "",
+                f"{percentile(alone, 50):.2f} / {percentile(alone, 99):.2f}",
+            )
             server_cost, client_cost = median(server_ms), median(client_ms)
             table.row("server CPU per append (ms)", "", f"{server_cost:.3f}")
             table.row("client (httpx) CPU per append (ms)", "", f"{client_cost:.3f}")
