@@ -31,7 +31,7 @@ from redismem import metrics
 from redismem.errors import RedisMemError
 from redismem.server import errors
 from redismem.server.apikeys import KeyRing
-from redismem.server.auth import Gate
+from redismem.server.auth import Gate, document_keys
 from redismem.server.limits import BodyGuard, RateLimiter
 from redismem.server.namespaces import Namespaces
 from redismem.server.routes import ROUTERS
@@ -195,7 +195,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     _mount_extras(app, settings)
+    _document_keys(app)
     return app
+
+
+def _document_keys(app: FastAPI) -> None:
+    """The app's OpenAPI document says how a key is sent (``auth.document_keys``)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        document = generate()  # FastAPI's, cached until the routes change
+        if "securitySchemes" not in document.get("components", {}):
+            document_keys(document, [route for router in ROUTERS for route in router.routes])
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _mount_extras(app: FastAPI, settings: ServerSettings) -> None:

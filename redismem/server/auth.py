@@ -24,12 +24,14 @@ Other front ends (MCP) call ``Gate.authenticate(headers)`` and
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request, Security
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Header, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader, HTTPBearer
 
 from redismem.checks import check_write_id
 from redismem.client import Memory
@@ -46,6 +48,7 @@ __all__ = [
     "WriteOnce",
     "Writer",
     "Writing",
+    "document_keys",
     "gate_of",
     "memory_for",
     "principal_for",
@@ -127,25 +130,61 @@ def _check(request: Request, namespace: str, role: Role) -> Principal:
     return principal
 
 
-#: How the OpenAPI document says a key is sent (the gate reads the headers
-#: itself, for every front end alike).
+#: How the OpenAPI document says a key is sent. The gate reads the headers
+#: itself, for every front end alike, so the routes do not take these as
+#: parameters (a ``Security`` parameter per scheme made FastAPI solve two
+#: sub-dependencies on every request, a third of the app's CPU per append):
+#: ``document_keys`` adds them to the document of every gated route.
 _BEARER = HTTPBearer(auto_error=False, description="an API key, rmk_<id>_<secret>")
 _API_KEY = APIKeyHeader(
     name="X-API-Key", auto_error=False, description="the same key, in this header instead"
 )
-Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
-KeyHeader = Annotated[str | None, Security(_API_KEY)]
+_SCHEMES = (_BEARER, _API_KEY)
+#: The dependencies that check a key (``principal_for``, ``memory_for``,
+#: ``write_once``): a route taking one of them is documented as needing a key.
+_GATED: set[Callable[..., Any]] = set()
+
+
+def document_keys(openapi: dict[str, Any], routes: Iterable[Any]) -> None:
+    """Say in ``openapi`` (the app's document, changed in place) how a key
+    is sent: the schemes in ``components.securitySchemes``, and either of
+    them as the ``security`` of every operation of ``routes`` whose route
+    takes a gate dependency, where FastAPI would put it (after
+    ``operationId``)."""
+    schemes = {
+        scheme.scheme_name: jsonable_encoder(scheme.model, by_alias=True, exclude_none=True)
+        for scheme in _SCHEMES
+    }
+    security: list[dict[str, list[str]]] = [{name: []} for name in schemes]
+    paths = openapi.get("paths", {})
+    for route in routes:
+        if not isinstance(route, APIRoute) or not route.include_in_schema:
+            continue
+        if not any(d.call in _GATED for d in route.dependant.dependencies):
+            continue
+        for method in route.methods or ():
+            operation = paths.get(route.path_format, {}).get(method.lower())
+            if operation is None or "security" in operation:
+                continue
+            placed: dict[str, Any] = {}
+            for name, value in operation.items():
+                placed[name] = value
+                if name == "operationId":
+                    placed["security"] = security
+            placed.setdefault("security", security)
+            operation.clear()
+            operation.update(placed)
+    openapi.setdefault("components", {})["securitySchemes"] = schemes
 
 
 def principal_for(role: Role) -> Callable[..., Awaitable[Principal]]:
     """A dependency giving the caller, allowed ``role`` on the path's namespace."""
 
-    async def dependency(
-        request: Request, namespace: str, bearer: Bearer = None, key: KeyHeader = None
-    ) -> Principal:
+    async def dependency(request: Request, namespace: str) -> Principal:
         return _check(request, namespace, role)
 
     dependency.__name__ = f"{role}_principal"
+    _GATED.add(dependency)
     return dependency
 
 
@@ -153,13 +192,12 @@ def memory_for(role: Role) -> Callable[..., Awaitable[Memory]]:
     """A dependency giving the path's namespace's ``Memory``, for a caller
     allowed ``role`` there."""
 
-    async def dependency(
-        request: Request, namespace: str, bearer: Bearer = None, key: KeyHeader = None
-    ) -> Memory:
+    async def dependency(request: Request, namespace: str) -> Memory:
         _check(request, namespace, role)
         return await gate_of(request).namespaces.get(namespace)
 
     dependency.__name__ = f"{role}_memory"
+    _GATED.add(dependency)
     return dependency
 
 
@@ -184,11 +222,7 @@ IdempotencyKey = Annotated[
 
 
 async def write_once(
-    request: Request,
-    namespace: str,
-    idempotency_key: IdempotencyKey = None,
-    bearer: Bearer = None,
-    key: KeyHeader = None,
+    request: Request, namespace: str, idempotency_key: IdempotencyKey = None
 ) -> Writing:
     """The dependency of ``WriteOnce``: the caller may write, then the write
     id (422 for a malformed key) is kept in the request's state, then the
@@ -199,6 +233,9 @@ async def write_once(
     setattr(request.state, WRITE_ID, write_id)
     memory = await gate_of(request).namespaces.get(namespace)
     return Writing(memory, write_id)
+
+
+_GATED.add(write_once)
 
 
 _READ, _WRITE, _ADMIN = (memory_for(role) for role in ROLES)
