@@ -422,11 +422,18 @@ class RequestMetrics:
     """ASGI middleware counting and timing HTTP requests by route template,
     method and status (a request that raises counts as a 500). ``routes``
     (the app's, e.g. ``app.router.routes``) names the route of a request
-    refused before routing (413, 415, 429 from middleware)."""
+    refused before routing (413, 415, 429 from middleware).
+
+    The labelled series of each (route, method, status) are looked up once
+    and kept (``labels()`` takes a lock and checks its arguments on every
+    call): route templates, methods and statuses are few."""
 
     def __init__(self, app: App, routes: Sequence[Any] = ()) -> None:
         self.app = app
         self.routes = routes
+        #: (route, method, status) -> (its counter, its histogram), of ``_of``
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._of: _Metrics | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         active = _active
@@ -446,10 +453,24 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
+            seconds = time.perf_counter() - started
             route = route_template(scope, root, self.routes)
-            method = scope.get("method", "")
-            active.requests.labels(route, method, str(status)).inc()
-            active.request_seconds.labels(route, method).observe(time.perf_counter() - started)
+            self._record(active, route, scope.get("method", ""), status, seconds)
+
+    def _record(
+        self, active: _Metrics, route: str, method: str, status: int, seconds: float
+    ) -> None:
+        if self._of is not active:  # metrics enabled again, on another registry
+            self._series, self._of = {}, active
+        series = self._series.get((route, method, status))
+        if series is None:
+            series = (
+                active.requests.labels(route, method, str(status)),
+                active.request_seconds.labels(route, method),
+            )
+            self._series[route, method, status] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
 
 def route_template(scope: Scope, root_path: str = "", routes: Sequence[Any] = ()) -> str:

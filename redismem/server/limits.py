@@ -71,35 +71,45 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
-        chunked = _header(scope, b"transfer-encoding") is not None
+        declared = content_type = None
+        chunked = False
+        for name, value in scope["headers"]:  # one pass; the first of each counts
+            name = name.lower()
+            if name == b"content-length":
+                declared = value if declared is None else declared
+            elif name == b"content-type":
+                content_type = value if content_type is None else content_type
+            elif name == b"transfer-encoding":
+                chunked = True
         length = 0
         if declared is not None:
             try:
                 length = int(declared)
             except ValueError:
                 length = -1
+        if not length and not chunked:
+            # No body (HTTP/1.1: neither Content-Length nor chunked, or a
+            # length of 0): nothing to limit or check, so no wrappers.
+            await self.app(scope, receive, send)
+            return
         if length > self.max_bytes:
             await self._refuse(scope, send, self._too_large())
             return
-        has_body = length != 0 or chunked
-        json_body = has_body and str(scope.get("path", "")).startswith(JSON_PREFIXES)
-        if json_body:
-            content_type = _header(scope, b"content-type")
-            if content_type is None or not _is_json(content_type):
-                shown = content_type.decode("latin-1") if content_type else "none"
-                kept = await self._drain(scope, receive, 0)
-                await self._refuse(
-                    scope,
-                    send,
-                    UnsupportedMediaType(
-                        f"the body must be JSON (Content-Type: application/json), not {shown}"
-                    ),
-                    close=not kept,
-                )
-                return
+        json_body = str(scope.get("path", "")).startswith(JSON_PREFIXES)
+        if json_body and (content_type is None or not _is_json(content_type)):
+            shown = content_type.decode("latin-1") if content_type else "none"
+            kept = await self._drain(scope, receive, 0)
+            await self._refuse(
+                scope,
+                send,
+                UnsupportedMediaType(
+                    f"the body must be JSON (Content-Type: application/json), not {shown}"
+                ),
+                close=not kept,
+            )
+            return
         received = 0
-        ended = not has_body
+        ended = False
         utf8 = codecs.getincrementaldecoder("utf-8")() if json_body else None
         refusal: Exception | None = None
         started = False
