@@ -107,14 +107,6 @@ async def summary_jobs(raw: Any, queue_name: str) -> list[bytes]:
     return sorted(j for j in await raw.zrange(queue_name, 0, -1) if j.startswith(b"sum:"))
 
 
-async def waiting_jobs(raw: Any, queue_name: str) -> int:
-    """Summarization jobs on the queue not running (waiting or deferred)."""
-    running = [
-        await raw.exists(b"arq:in-progress:" + j) for j in await summary_jobs(raw, queue_name)
-    ]
-    return running.count(0)
-
-
 def job_starts(log: str) -> int:
     """How many summarization jobs (tries included) arq started."""
     return log.count(":summarize_session(")
@@ -407,53 +399,3 @@ async def test_a_lost_job_is_enqueued_again_once(
     assert f"{retry2.decode()}:summarize_session(" in worker.log()
     seen = await counters(raw, memory)
     assert (seen["swept"], seen["jobs"]) == (3, 1), seen
-
-
-async def test_a_job_going_on_in_a_new_one_keeps_the_sweep_out(
-    memory_factory: MemoryFactory,
-    raw: Any,
-    redis_url: str,
-    namespace: str,
-    queue_name: str,
-    workers: WorkerPool,
-) -> None:
-    # Extraction waits for the session to be quiet for 3 s: while a burst
-    # goes on, each job enqueues the next one, deferred, and ends.
-    worker = workers.start(
-        worker_env(
-            redis_url,
-            namespace,
-            queue_name,
-            SUMMARIZER="truncate",
-            EXTRACTOR="rules",
-            EXTRACT_QUIET=3,
-            SWEEP_SECONDS=1,
-            SWEEP_GRACE=1,
-        )
-    )
-    await wait_ready(raw, worker)
-    memory = await memory_factory(
-        redis_url, keep_recent=4, summarize_batch=6, summarize_delay=0.1, queue_name=queue_name
-    )
-    most = 0
-
-    async def look() -> None:
-        nonlocal most
-        most = max(most, await waiting_jobs(raw, queue_name))
-
-    for i in range(8):  # a 4 s burst
-        await memory.write(dialogue(2, start=2 * i), session_id=SID)
-        await look()
-        await asyncio.sleep(0.5)
-
-    async def settled() -> bool:
-        await look()
-        return await all_settled(raw, memory, queue_name, [SID])
-
-    await eventually(settled, what="the session summarized", describe=workers.logs)
-    await asyncio.sleep(1.5)  # one more sweep
-    assert most == 1, worker.log()  # one job of the episode waits at a time
-    seen = await counters(raw, memory)
-    assert "swept" not in seen, seen
-    assert seen["jobs"] == job_starts(worker.log()), seen
-    assert seen["messages_extracted"] == 16, seen

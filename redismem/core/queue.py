@@ -206,11 +206,8 @@ class SummaryQueue:
         session_id: str,
         episode: int | str,
         namespace: str,
-        *,
-        running: str | None = None,
     ) -> str | None:
-        """The episode id under which the reconcile sweep (or a job going on
-        in a new one, whose own id is ``running``, read as taken) enqueues a
+        """The episode id under which the reconcile sweep enqueues a
         pending episode's job again, or None while one of its jobs is waiting
         (deferred or not) or running: that job settles or clears the mark,
         and a second one would run the session twice (a poisoned session
@@ -225,11 +222,11 @@ class SummaryQueue:
         may still be alive): None if one is alive, else the first free id."""
         ids = functools.partial(job_id, namespace, user_id, session_id)
         return await self._policy.run(
-            functools.partial(self._reenqueue_episode, self.pool, ids, str(episode), running)
+            functools.partial(self._reenqueue_episode, self.pool, ids, str(episode))
         )
 
     async def _reenqueue_episode(
-        self, redis: Any, ids: Callable[[str], str], episode: str, running: str | None
+        self, redis: Any, ids: Callable[[str], str], episode: str
     ) -> str | None:
         from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 
@@ -248,9 +245,7 @@ class SummaryQueue:
                 replies = await pipe.execute()
             for n, candidate in enumerate(episodes):
                 key, queued, in_progress, result = replies[4 * n : 4 * n + 4]
-                if ids(candidate) == running:
-                    key = True  # the caller's own job: taken
-                elif in_progress or (key and queued is not None):
+                if in_progress or (key and queued is not None):
                     return None  # alive
                 if key or result:
                     previous_free = False  # lost: the next id, if no job is alive

@@ -224,7 +224,6 @@ async def _summarize(
         # may enqueue a session just as its job ends): nothing to do.
         progress.status = "not pending"
         return
-    episode = int(float(marked))  # the pending episode: its jobs' ids derive from it
     if settings is None:
         found, args = await stored_settings(backend, namespace, user_id, session_id)
         if not found:
@@ -243,7 +242,7 @@ async def _summarize(
             metrics.observe_lag("index", time.time() - index_lag_from)
             index_lag_from = None  # once per job: later passes index later writes
         if index.status == "timeout":  # out of time: go on in a new job
-            await _continue_later(ctx, user_id, session_id, namespace, episode, args)
+            await _continue_later(ctx, user_id, session_id, namespace, args)
             break
         if index.status != "gone" and config.extractor is not None:
             extracted = await _extract_until_idle(
@@ -253,7 +252,7 @@ async def _summarize(
                 # A burst is still being written (or out of time): come back
                 # when it is over. The mark stays, so the sweep also would.
                 await _continue_later(
-                    ctx, user_id, session_id, namespace, episode, args, delay=extracted.wait
+                    ctx, user_id, session_id, namespace, args, delay=extracted.wait
                 )
                 break
         if index.status == "gone":
@@ -297,7 +296,7 @@ async def _summarize(
         elif not outcome.still_pending:
             break
         if time.monotonic() > deadline:
-            await _continue_later(ctx, user_id, session_id, namespace, episode, args)
+            await _continue_later(ctx, user_id, session_id, namespace, args)
             break
     await stats.incr(jobs=1)
 
@@ -374,20 +373,11 @@ async def _continue_later(
     user_id: str,
     session_id: str,
     namespace: str,
-    episode: int,
     args: SummarizeArgs | None,
     delay: float = 0.0,
 ) -> None:
-    """Enqueue the next job of the episode, under an id of the episode the
-    sweep looks at (``SummaryQueue.reenqueue_episode``, this job's own id
-    read as taken), unless another job of the episode waits or runs: that
-    one goes on."""
-    queue = queue_of(ctx)
-    following = await queue.reenqueue_episode(
-        user_id, session_id, episode, namespace, running=ctx.get("job_id")
-    )
-    if following is not None:
-        await queue.enqueue(user_id, session_id, following, namespace, args, delay=delay)
+    episode = f"{int(time.time() * 1000)}"
+    await queue_of(ctx).enqueue(user_id, session_id, episode, namespace, args, delay=delay)
 
 
 async def _give_up(
