@@ -11,14 +11,11 @@ queue's Redis, which may differ from the memory Redis (arq does not run on
 Redis Cluster); neither they nor arq's keys lie inside a memory namespace.
 
 A job that waits longer than ``JOB_EXPIRES`` is dropped by arq, and its job
-key expires with it. The workers' reconcile sweep enqueues a session still
-pending after the grace period only when no job of its episode is waiting or
-running (``SummaryQueue.reenqueue_episode``): under the episode's own id when
-that id is free (the enqueue never landed, or the job ended and left the
-mark), else under the next id of the episode (``EPISODE~1``, ``EPISODE~2``,
-...) that a lost job does not hold: a job key left behind without its queue
-entry (the queue deleted under it, or a failover that kept one and lost the
-other) holds its id until the key expires.
+key expires with it. A job key left behind without its queue entry (the queue
+deleted under it, or a failover that kept one and lost the other) would block
+the re-enqueue of that episode that long: the workers' reconcile sweep, which
+enqueues every session still pending after the grace period, then enqueues
+it under one more id per grace period (``EPISODE~N``).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -199,63 +195,6 @@ class SummaryQueue:
             )
         )
         return job is not None
-
-    async def reenqueue_episode(
-        self,
-        user_id: str,
-        session_id: str,
-        episode: int | str,
-        namespace: str,
-    ) -> str | None:
-        """The episode id under which the reconcile sweep enqueues a
-        pending episode's job again, or None while one of its jobs is waiting
-        (deferred or not) or running: that job settles or clears the mark,
-        and a second one would run the session twice (a poisoned session
-        failing twice) or grow a backlog by one job per sweep.
-
-        The episode's jobs take the ids ``EPISODE``, ``EPISODE~1``, ... in
-        turn. Each id is *alive* (on the queue with its job key: arq keeps a
-        job there until it has returned; or marked in progress), *lost* (its
-        job key without a queue entry, or a result kept under it: arq refuses
-        the id) or *free*. The ids are read in order up to two free ones in a
-        row (an earlier id frees when its lost key expires, while a later one
-        may still be alive): None if one is alive, else the first free id."""
-        ids = functools.partial(job_id, namespace, user_id, session_id)
-        return await self._policy.run(
-            functools.partial(self._reenqueue_episode, self.pool, ids, str(episode))
-        )
-
-    async def _reenqueue_episode(
-        self, redis: Any, ids: Callable[[str], str], episode: str
-    ) -> str | None:
-        from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
-
-        free: str | None = None
-        previous_free = False
-        start, window = 0, 2
-        while True:
-            episodes = [f"{episode}~{n}" if n else episode for n in range(start, start + window)]
-            with redis_errors(self._url):
-                pipe = redis.pipeline(transaction=True)  # one consistent look
-                for job in map(ids, episodes):
-                    pipe.exists(job_key_prefix + job)
-                    pipe.zscore(self._queue_name, job)
-                    pipe.exists(in_progress_key_prefix + job)
-                    pipe.exists(result_key_prefix + job)
-                replies = await pipe.execute()
-            for n, candidate in enumerate(episodes):
-                key, queued, in_progress, result = replies[4 * n : 4 * n + 4]
-                if in_progress or (key and queued is not None):
-                    return None  # alive
-                if key or result:
-                    previous_free = False  # lost: the next id, if no job is alive
-                    continue
-                if previous_free:
-                    return free
-                free = free or candidate
-                previous_free = True
-            start += window
-            window *= 2
 
     async def forget_user(self, layout: KeyLayout, user_id: str | None) -> int:
         """Remove the jobs still waiting on the queue of one user (None:

@@ -482,9 +482,6 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
         due = await _marked_before(backend, key, cutoff)
         for raw_sid, since in due:
             session_id = raw_sid.decode()
-            episode = await queue.reenqueue_episode(user_id, session_id, int(since), namespace)
-            if episode is None:
-                continue  # its job waits or runs (see reenqueue_episode)
             try:
                 found, args = await stored_settings(backend, namespace, user_id, session_id)
             except CorruptData as exc:
@@ -495,8 +492,15 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
             if not found:
                 await clear_mark(backend, user_id, session_id)
                 continue
-            if await queue.enqueue(user_id, session_id, episode, namespace, args, delay=0):
-                enqueued += 1
+            # The episode's job id may be taken by a job that will never run:
+            # its queue entry lost at a failover while its job key survived
+            # (or the reverse with the mark). One more id per grace period
+            # then; a redundant job is harmless (the passes are idempotent).
+            retry = f"{int(since)}~{int(time.time() // max(config_of(ctx).sweep_grace, 1))}"
+            for episode in (str(int(since)), retry):
+                if await queue.enqueue(user_id, session_id, episode, namespace, args, delay=0):
+                    enqueued += 1
+                    break
     if enqueued:
         await stats_for(ctx, layout).incr(swept=enqueued)
     return enqueued
