@@ -48,7 +48,9 @@ user (``U``), in one epoch (prefix ``E`` = ``ns:{u:U}:`` or
     E s:S:writes               HASH  write id -> "first_seq,created_ms,n" of the
                                      latest writes (idempotent re-sends)
     redismem/q:ns:...          work-queue side: stats, failures, lag samples,
-                               sweep cursor (not per user; ``clear_user``
+                               sweep cursor, running jobs' leases
+                               (``lease:<job id>``, see ``queue.lease_key``)
+                               (not per user; ``clear_user``
                                removes the user's failure records and waiting
                                jobs, whose ids name users by digest only)
 

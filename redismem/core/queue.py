@@ -11,11 +11,22 @@ queue's Redis, which may differ from the memory Redis (arq does not run on
 Redis Cluster); neither they nor arq's keys lie inside a memory namespace.
 
 A job that waits longer than ``JOB_EXPIRES`` is dropped by arq, and its job
-key expires with it. A job key left behind without its queue entry (the queue
-deleted under it, or a failover that kept one and lost the other) would block
-the re-enqueue of that episode that long: the workers' reconcile sweep, which
-enqueues every session still pending after the grace period, then enqueues
-it under one more id per grace period (``EPISODE~N``).
+key expires with it. The workers' reconcile sweep enqueues a session still
+pending after the grace period only when no job of its episode is waiting or
+running (``SummaryQueue.reenqueue_episode``): under the episode's own id when
+that id is free (the enqueue never landed, or the job ended and left the
+mark), else under the next id of the episode (``EPISODE~1``, ``EPISODE~2``,
+...) that a lost job does not hold: a job key left behind without its queue
+entry (the queue deleted under it, or a failover that kept one and lost the
+other) holds its id until the key expires.
+
+A running job holds a *lease* (``lease_key``: ``redismem/q:<namespace>:lease:<job
+id>``, TTL the sweep grace, renewed every third of it by the job): arq's own
+in-progress mark outlives a killed worker until the job timeout (+ 10 s), so
+a job in progress counts as running only while its lease exists. A job whose
+worker died is lost within about the grace, and the sweep enqueues the
+episode again (a job that merely stalled past its lease may then run twice:
+the passes' watermarks make that harmless).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,7 +42,7 @@ from typing import Any
 import msgpack
 
 from redismem.core.connection import RetryPolicy, open_redis, redis_errors
-from redismem.core.keys import KeyLayout, user_digest
+from redismem.core.keys import QUEUE_KEY_PREFIX, KeyLayout, user_digest
 from redismem.errors import InvalidInput
 
 __all__ = [
@@ -41,6 +53,7 @@ __all__ = [
     "SummarizeArgs",
     "SummaryQueue",
     "job_id",
+    "lease_key",
     "pack_job",
     "unpack_job",
 ]
@@ -74,6 +87,16 @@ def job_id(namespace: str, user_id: str, session_id: str, episode: int | str) ->
     finds a user's jobs), never by their ids."""
     session = hashlib.blake2b(session_id.encode(), digest_size=12).hexdigest()
     return f"{user_jobs(namespace, user_id)}{session}:{episode}"
+
+
+def lease_key(namespace: str, job: str) -> str:
+    """The lease of a running job (see the module docstring), on the queue's
+    Redis: ``KeyLayout(namespace).queue_key("lease:" + job)``."""
+    return f"{QUEUE_KEY_PREFIX}:{namespace}:lease:{job}"
+
+
+#: Extra seconds arq gives its in-progress mark over the job timeout.
+ARQ_IN_PROGRESS_EXTRA = 10.0
 
 
 def user_jobs(namespace: str, user_id: str) -> str:
@@ -196,6 +219,103 @@ class SummaryQueue:
         )
         return job is not None
 
+    async def reenqueue_episode(
+        self,
+        user_id: str,
+        session_id: str,
+        episode: int | str,
+        namespace: str,
+        *,
+        running: str | None = None,
+        lease: float = 0.0,
+        job_timeout: float | None = None,
+    ) -> str | None:
+        """The episode id under which the reconcile sweep (or a job going on
+        in a new one, whose own id is ``running``, read as taken) enqueues a
+        pending episode's job again, or None while one of its jobs is waiting
+        (deferred or not) or running: that job settles or clears the mark,
+        and a second one would run the session twice (a poisoned session
+        failing twice) or grow a backlog by one job per sweep.
+
+        The episode's jobs take the ids ``EPISODE``, ``EPISODE~1``, ... in
+        turn. Each id is *alive* (waiting: on the queue with its job key, not
+        in progress; or running: in progress with its lease, ``lease_key``,
+        or marked in progress less than ``lease`` seconds ago by arq, which
+        gives the mark ``job_timeout`` + 10 s: the job is starting and takes
+        its lease), *lost* (in progress without a lease: its worker died;
+        its job key without a queue entry; or a result kept under it: arq
+        refuses the id) or *free*. The ids are read in order up to two free
+        ones in a row (an earlier id frees when its lost key expires, while a
+        later one may still be alive): None if one is alive, else the first
+        free id."""
+        ids = functools.partial(job_id, namespace, user_id, session_id)
+        starting = None
+        if job_timeout is not None and lease > 0:
+            # An in-progress mark with more than this left was set < lease ago.
+            starting = int((job_timeout + ARQ_IN_PROGRESS_EXTRA - lease) * 1000)
+        return await self._policy.run(
+            functools.partial(
+                self._reenqueue_episode,
+                self.pool,
+                ids,
+                functools.partial(lease_key, namespace),
+                str(episode),
+                running,
+                starting,
+            )
+        )
+
+    async def _reenqueue_episode(
+        self,
+        redis: Any,
+        ids: Callable[[str], str],
+        leases: Callable[[str], str],
+        episode: str,
+        running: str | None,
+        starting: int | None,
+    ) -> str | None:
+        from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
+
+        free: str | None = None
+        previous_free = False
+        start, window = 0, 2
+        while True:
+            episodes = [f"{episode}~{n}" if n else episode for n in range(start, start + window)]
+            with redis_errors(self._url):
+                pipe = redis.pipeline(transaction=True)  # one consistent look
+                for job in map(ids, episodes):
+                    pipe.exists(job_key_prefix + job)
+                    pipe.zscore(self._queue_name, job)
+                    pipe.pttl(in_progress_key_prefix + job)
+                    pipe.exists(result_key_prefix + job)
+                    pipe.exists(leases(job))
+                replies = await pipe.execute()
+            for n, candidate in enumerate(episodes):
+                key, queued, in_progress_ms, result, leased = replies[5 * n : 5 * n + 5]
+                in_progress = in_progress_ms != -2
+                young = starting is not None and in_progress_ms > starting
+                if ids(candidate) == running:
+                    key = True  # the caller's own job: taken
+                elif in_progress and (leased or young):
+                    return None  # alive: running
+                elif not in_progress and key and queued is not None:
+                    return None  # alive: waiting
+                if key or result or in_progress:
+                    previous_free = False  # lost: the next id, if no job is alive
+                    continue
+                if previous_free:
+                    return free
+                free = free or candidate
+                previous_free = True
+            start += window
+            window *= 2
+
+    async def renew_lease(self, namespace: str, job: str, ttl: float) -> None:
+        """Take or renew a running job's lease (``lease_key``) for ``ttl``
+        seconds; one try (the job renews it again a third of ``ttl`` later)."""
+        with redis_errors(self._url):
+            await self.pool.set(lease_key(namespace, job), b"1", px=max(1, int(ttl * 1000)))
+
     async def forget_user(self, layout: KeyLayout, user_id: str | None) -> int:
         """Remove the jobs still waiting on the queue of one user (None:
         every user of the namespace) and their failure records; a job already
@@ -254,6 +374,8 @@ class QueueStats:
     ``redismem/q:ns:lag``       LIST  recent summarization lags in ms (write that made
                                       the session due -> summary commit)
     ``redismem/q:ns:sweep``     STRING the reconcile sweep's SCAN cursor (memory Redis)
+    ``redismem/q:ns:lease:<job>`` STRING a running job's lease (``lease_key``; its TTL
+                                      the sweep grace, not 7 days)
     Every key carries a TTL (7 days, refreshed on update).
     """
 

@@ -30,9 +30,12 @@ cleared or given up meanwhile) does nothing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +78,8 @@ logger = logging.getLogger(__name__)
 MAX_TRIES = 4
 #: Keys examined per sweep run (the SCAN cursor is kept between runs).
 SWEEP_COUNT = 1000
+#: Shortest lease of a running job, in seconds (it is the sweep grace).
+LEASE_MIN = 1.0
 #: Errors a later try may not meet again: retried, up to ``MAX_TRIES`` tries.
 TRANSIENT_ERRORS = (SummarizerError, EmbedderError, ExtractorError, BackendUnavailable)
 
@@ -139,7 +144,8 @@ async def summarize_session(
     started = time.perf_counter()
     outcome = "cancelled"  # arq's job timeout, or the worker stopping
     try:
-        result = await _summarize_job(ctx, user_id, session_id, namespace, settings)
+        async with _leased(ctx, namespace):
+            result = await _summarize_job(ctx, user_id, session_id, namespace, settings)
         outcome = result["status"]
         return result
     except Retry:
@@ -147,6 +153,45 @@ async def summarize_session(
         raise
     finally:
         metrics.job_done("session", outcome, time.perf_counter() - started)
+
+
+def lease_seconds(config: WorkerConfig) -> float:
+    """A running job's lease TTL: the sweep grace (at least ``LEASE_MIN``)."""
+    return max(float(config.sweep_grace), LEASE_MIN)
+
+
+@contextlib.asynccontextmanager
+async def _leased(ctx: dict[str, Any], namespace: str) -> AsyncIterator[None]:
+    """Hold the running job's lease (``core.queue.lease_key``) while the
+    block runs: taken at once, renewed every third of its TTL, left to
+    expire after (the sweep reads a job in progress without one as lost: its
+    worker died)."""
+    job = ctx.get("job_id")
+    if job is None:  # called outside arq
+        yield
+        return
+    queue = queue_of(ctx)
+
+    async def renew() -> None:
+        ttl = lease_seconds(config_of(ctx))
+        try:
+            await queue.renew_lease(namespace, str(job), ttl)
+        except Exception as exc:  # the job goes on; its lease may lapse
+            logger.warning("could not renew the lease of job %s: %s", job, exc)
+
+    async def keep() -> None:
+        while True:
+            await asyncio.sleep(lease_seconds(config_of(ctx)) / 3)
+            await renew()
+
+    await renew()
+    keeper = asyncio.create_task(keep())
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
 
 
 async def _summarize_job(
@@ -224,6 +269,7 @@ async def _summarize(
         # may enqueue a session just as its job ends): nothing to do.
         progress.status = "not pending"
         return
+    episode = int(float(marked))  # the pending episode: its jobs' ids derive from it
     if settings is None:
         found, args = await stored_settings(backend, namespace, user_id, session_id)
         if not found:
@@ -242,7 +288,7 @@ async def _summarize(
             metrics.observe_lag("index", time.time() - index_lag_from)
             index_lag_from = None  # once per job: later passes index later writes
         if index.status == "timeout":  # out of time: go on in a new job
-            await _continue_later(ctx, user_id, session_id, namespace, args)
+            await _continue_later(ctx, user_id, session_id, namespace, episode, args)
             break
         if index.status != "gone" and config.extractor is not None:
             extracted = await _extract_until_idle(
@@ -252,7 +298,7 @@ async def _summarize(
                 # A burst is still being written (or out of time): come back
                 # when it is over. The mark stays, so the sweep also would.
                 await _continue_later(
-                    ctx, user_id, session_id, namespace, args, delay=extracted.wait
+                    ctx, user_id, session_id, namespace, episode, args, delay=extracted.wait
                 )
                 break
         if index.status == "gone":
@@ -296,7 +342,7 @@ async def _summarize(
         elif not outcome.still_pending:
             break
         if time.monotonic() > deadline:
-            await _continue_later(ctx, user_id, session_id, namespace, args)
+            await _continue_later(ctx, user_id, session_id, namespace, episode, args)
             break
     await stats.incr(jobs=1)
 
@@ -373,11 +419,27 @@ async def _continue_later(
     user_id: str,
     session_id: str,
     namespace: str,
+    episode: int,
     args: SummarizeArgs | None,
     delay: float = 0.0,
 ) -> None:
-    episode = f"{int(time.time() * 1000)}"
-    await queue_of(ctx).enqueue(user_id, session_id, episode, namespace, args, delay=delay)
+    """Enqueue the next job of the episode, under an id of the episode the
+    sweep looks at (``SummaryQueue.reenqueue_episode``, this job's own id
+    read as taken), unless another job of the episode waits or runs: that
+    one goes on."""
+    queue = queue_of(ctx)
+    config = config_of(ctx)
+    following = await queue.reenqueue_episode(
+        user_id,
+        session_id,
+        episode,
+        namespace,
+        running=ctx.get("job_id"),
+        lease=lease_seconds(config),
+        job_timeout=config.job_timeout,
+    )
+    if following is not None:
+        await queue.enqueue(user_id, session_id, following, namespace, args, delay=delay)
 
 
 async def _give_up(
@@ -471,7 +533,8 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
     backend = await backend_for(ctx, namespace)
     layout = backend.layout
     pending_keys = await _scan_slice(backend, "sweep", layout.pending_pattern())
-    cutoff = int((time.time() - config_of(ctx).sweep_grace) * 1000)
+    config = config_of(ctx)
+    cutoff = int((time.time() - config.sweep_grace) * 1000)
     queue = queue_of(ctx)
     enqueued = 0
     for key in pending_keys:
@@ -482,6 +545,16 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
         due = await _marked_before(backend, key, cutoff)
         for raw_sid, since in due:
             session_id = raw_sid.decode()
+            episode = await queue.reenqueue_episode(
+                user_id,
+                session_id,
+                int(since),
+                namespace,
+                lease=lease_seconds(config),
+                job_timeout=config.job_timeout,
+            )
+            if episode is None:
+                continue  # its job waits or runs (see reenqueue_episode)
             try:
                 found, args = await stored_settings(backend, namespace, user_id, session_id)
             except CorruptData as exc:
@@ -492,15 +565,8 @@ async def _sweep_namespace(ctx: dict[str, Any], namespace: str) -> int:
             if not found:
                 await clear_mark(backend, user_id, session_id)
                 continue
-            # The episode's job id may be taken by a job that will never run:
-            # its queue entry lost at a failover while its job key survived
-            # (or the reverse with the mark). One more id per grace period
-            # then; a redundant job is harmless (the passes are idempotent).
-            retry = f"{int(since)}~{int(time.time() // max(config_of(ctx).sweep_grace, 1))}"
-            for episode in (str(int(since)), retry):
-                if await queue.enqueue(user_id, session_id, episode, namespace, args, delay=0):
-                    enqueued += 1
-                    break
+            if await queue.enqueue(user_id, session_id, episode, namespace, args, delay=0):
+                enqueued += 1
     if enqueued:
         await stats_for(ctx, layout).incr(swept=enqueued)
     return enqueued
