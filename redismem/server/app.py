@@ -84,6 +84,13 @@ class Readiness:
         self._lock = asyncio.Lock()
         self._answer: ReadyLook | None = None
         self._at = 0.0
+        #: The queue Redis client of every look (one connection, not one per probe).
+        self._queue_client: Any = None
+
+    async def aclose(self) -> None:
+        if self._queue_client is not None:
+            client, self._queue_client = self._queue_client, None
+            await client.aclose()
 
     async def check(self) -> ReadyLook:
         if self._answer is not None and time.monotonic() - self._at < READY_CACHE_S:
@@ -95,7 +102,7 @@ class Readiness:
             return self._answer
 
     async def _look(self) -> ReadyLook:
-        from redismem.workers.health import FORGET_S, worker_health
+        from redismem.workers.health import FORGET_S, health_client, worker_health
 
         settings = self._settings
         checks: dict[str, str] = {}
@@ -111,7 +118,11 @@ class Readiness:
         queue_url = settings.queue_url or settings.url
         try:
             async with asyncio.timeout(READY_TIMEOUT_S):
-                health = await worker_health(queue_url, settings.queue_name)
+                if self._queue_client is None:
+                    self._queue_client = health_client(queue_url)
+                health = await worker_health(
+                    queue_url, settings.queue_name, client=self._queue_client
+                )
             checks["queue"] = "ok"
             healthy = sum(1 for h in health if h.healthy)
             if healthy:
@@ -140,6 +151,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         try:
             yield
         finally:
+            await readiness.aclose()
             await namespaces.aclose()
 
     app = FastAPI(

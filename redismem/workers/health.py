@@ -95,11 +95,20 @@ class WorkerHealth:
         )
 
 
-async def worker_health(url: str, queue: str, name: str | None = None) -> list[WorkerHealth]:
+def health_client(url: str) -> Any:
+    """A client of the queue Redis at ``url`` for ``worker_health`` (its
+    caller closes it)."""
+    return open_redis(url, connect_timeout=2.0, socket_timeout=5.0)
+
+
+async def worker_health(
+    url: str, queue: str, name: str | None = None, *, client: Any = None
+) -> list[WorkerHealth]:
     """Health of the worker ``name``, or of every worker of ``queue`` heard
     from in the last ``FORGET_S`` seconds (oldest heartbeat first), read from
-    the queue Redis at ``url``."""
-    redis = open_redis(url, connect_timeout=2.0, socket_timeout=5.0)
+    the queue Redis at ``url``: through ``client`` (a ``health_client``, kept
+    open by a caller that looks often) or a connection of its own."""
+    redis = client if client is not None else health_client(url)
     now = time.time()
     try:
         with redis_errors(url):
@@ -112,7 +121,8 @@ async def worker_health(url: str, queue: str, name: str | None = None) -> list[W
                 seen = {member.decode(): score for member, score in rows}
             records = await redis.mget([health_key(queue, n) for n in seen]) if seen else []
     finally:
-        await redis.aclose()
+        if client is None:
+            await redis.aclose()
     return [
         WorkerHealth(
             name=n,
