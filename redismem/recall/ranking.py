@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,15 +66,19 @@ __all__ = [
     "DATE_WEIGHT",
     "K1",
     "MAX_POSTINGS",
+    "MAX_WEIGHT",
     "NAME_WEIGHT",
     "NEXT_BETA",
     "PREV_ALPHA",
     "SPEAKER_BOOST",
+    "WEIGHT_LEVELS",
     "DocLinks",
     "Params",
     "date_text",
+    "dequantize_weight",
     "doc_weights",
     "idf",
+    "quantize_weight",
     "query_terms",
     "rank",
 ]
@@ -96,6 +101,10 @@ CONTEXT_DECAY = 0.7
 # Postings read per query term (the heaviest first): bounds the work of one
 # search whatever the user's history size.
 MAX_POSTINGS = 300
+# Index format 2 keeps a weight in 6 bits, q in 1..63 of MAX_WEIGHT, the
+# largest weight ``doc_weights`` gives (bm25's tf part tends to K1 + 1).
+MAX_WEIGHT = K1 + 1
+WEIGHT_LEVELS = 63
 # Query-time neighbour smoothing: a doc gains NEXT_BETA of the score of the
 # message after it (the reply that names what the doc was about). The
 # previous message is already folded in at index time, hence PREV_ALPHA 0.
@@ -128,7 +137,8 @@ class Params:
     context_turns: int = CONTEXT_TURNS
     context_weight: float = CONTEXT_WEIGHT
     context_decay: float = CONTEXT_DECAY
-    max_postings: int = MAX_POSTINGS
+    #: None: every posting (index format 2 reads whole lists).
+    max_postings: int | None = MAX_POSTINGS
     prev_alpha: float = PREV_ALPHA
     next_beta: float = NEXT_BETA
     speaker_boost: float = SPEAKER_BOOST
@@ -197,6 +207,19 @@ def date_text(created: datetime) -> str:
     return f"{created.day} {_MONTHS[created.month - 1]} {created.year}"
 
 
+def quantize_weight(weight: float) -> int:
+    """A posting weight as index format 2 keeps it: ``q`` in 1..63. The
+    weight is first read back from the text the commit script receives
+    (``f"{weight:.6g}"``), so Python and Lua quantize the same number."""
+    w = float(f"{weight:.6g}")
+    return min(WEIGHT_LEVELS, max(1, math.floor(w / MAX_WEIGHT * WEIGHT_LEVELS + 0.5)))
+
+
+def dequantize_weight(q: int) -> float:
+    """The weight a search reads for level ``q`` (Lua: the same expression)."""
+    return q * MAX_WEIGHT / WEIGHT_LEVELS
+
+
 def query_terms(query: str) -> dict[str, float]:
     """``term -> query weight`` of a query (each distinct term once)."""
     return dict.fromkeys(terms(query), 1.0)
@@ -235,7 +258,7 @@ def rank(
             continue
         w_t = q * idf(df, n_docs)
         top = plist
-        if df > params.max_postings:
+        if params.max_postings is not None and df > params.max_postings:
             top = heapq.nlargest(params.max_postings, plist, key=lambda e: (e[1], str(e[0])))
         for doc, weight in top:
             base[doc] = base.get(doc, 0.0) + w_t * weight
