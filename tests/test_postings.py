@@ -92,8 +92,8 @@ def test_empty_slot_is_no_doc_and_far_links_drop() -> None:
 def test_deadline_field() -> None:
     assert P.deadline_field(None) == 0
     assert P.deadline_field(P.EPOCH_2020_MS + 1500) == 2
-    assert not P.is_expired(2, P.EPOCH_2020_MS + 2000)
-    assert P.is_expired(2, P.EPOCH_2020_MS + 2001)
+    assert not P.is_expired(2, P.EPOCH_2020_MS + 1999)
+    assert P.is_expired(2, P.EPOCH_2020_MS + 2000)
     assert not P.is_expired(0, 2**50)
 
 
@@ -124,7 +124,15 @@ def test_build_layout() -> None:
     docs.append(_doc("b", 70, deadline_ms=P.EPOCH_2020_MS + 10_000))
     built = P.build(docs, cleared=["b"])
     meta = built["i:meta"]
-    assert meta == {"v": b"2", "n": b"70", "next": b"71", "sords": b"2", "dead": b"1"}
+    assert meta == {
+        "v": b"2",
+        "n": b"70",
+        "next": b"71",
+        "sords": b"2",
+        "spords": b"1",
+        "dead": b"1",
+        "sealed": b"1",
+    }
     assert [d for d, _ in P.decode_postings(built["i:t:all"])] == list(range(1, 72))  # type: ignore[arg-type]
     assert P.decode_postings(built["i:f:s:1"]) == [(d, 0) for d in range(1, 71)]  # type: ignore[arg-type]
     assert P.decode_postings(built["i:f:a:x"]) == [(d, 0) for d in range(1, 71)]  # type: ignore[arg-type]

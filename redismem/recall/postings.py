@@ -20,7 +20,7 @@ writes it (``docs/index-format.md``, the spec in the module docstring of
                    docid 64b .. 64b+63, varint(len) then the record (len 0:
                    no doc). Blocks are sealed once every docid of them is
                    given (64b + 63 <= i:meta next); later records live in
-                   i:rec (docid -> record).
+                   i:rec (docid -> record); i:meta ``sealed``: every block below it is.
 
 Docids start at 1; session and speaker ordinals too.
 """
@@ -169,7 +169,7 @@ def deadline_field(deadline_ms: int | None) -> int:
 
 def is_expired(deadline: int, now_ms: int) -> bool:
     """Whether a slot's deadline has passed at ``now_ms`` (search skips it)."""
-    return deadline != 0 and EPOCH_2020_MS + deadline * 1000 < now_ms
+    return deadline != 0 and EPOCH_2020_MS + deadline * 1000 <= now_ms
 
 
 def encode_slot(docid: int, slot: Slot) -> bytes:
@@ -380,6 +380,8 @@ def build(
         "n": str(live).encode(),
         "next": str(n_docs).encode(),
         "sords": str(len(session_ord)).encode(),
+        "spords": str(len(speaker_ord)).encode(),
         "dead": str(dead).encode(),
+        "sealed": str((n_docs + 1) // BLOCK if seal else 0).encode(),
     }
     return out
