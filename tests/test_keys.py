@@ -15,7 +15,9 @@ from redismem.core.keys import (
     MAX_ID_BYTES,
     SESSION_KEY_KINDS,
     ParsedKey,
+    agent_filter_suffix,
     escape_id,
+    tag_filter_suffix,
     unescape_id,
     validate_id,
 )
@@ -240,6 +242,25 @@ def test_the_documented_layout_of_one_user() -> None:
     assert layout.guard("alice") == "ns:{u:alice}:guard"
 
 
+def test_the_documented_layout_of_recall_format_2() -> None:
+    recall = KeyLayout("ns").recall("alice", 17)
+    base = "ns:{u:alice}:@17:i:"
+    assert recall.i_prefix == base
+    assert recall.index_keys() == [
+        base + kind for kind in ("meta", "rec", "docs", "sess", "spk", "dead")
+    ]
+    assert recall.i_term("walk") == base + "t:walk"
+    assert recall.i_doc_table(3) == base + "dt:3"
+    assert recall.i_session_list(12) == base + "f:s:12"
+    assert recall.i_key(agent_filter_suffix("a b")) == base + "f:a:a%20b"
+    assert recall.i_key(tag_filter_suffix("k", "v:1")) == base + "f:g:k=v%3A1"
+    assert KeyLayout("ns").recall("alice").i_meta == "ns:{u:alice}:i:meta"
+    for key in [*recall.index_keys(), recall.i_term("x"), recall.i_doc_table(0)]:
+        parsed = KeyLayout("ns").parse_key(key)
+        assert (parsed.user_id, parsed.session_id, parsed.epoch) == ("alice", None, 17)
+        assert parsed.kind.startswith("i:")
+
+
 @pytest.mark.parametrize("user_id", USERS)
 @pytest.mark.parametrize("epoch", [0, 1, 1796173567980])
 def test_every_epoch_parses_back_and_only_pending_indexes_parse_as_pending(
@@ -293,8 +314,9 @@ def test_the_epoch_roots_are_one_key_of_each_family_of_the_user() -> None:
         "ns:{u:u}:sessions",
         "ns:{u:u}:r:stats",
         "ns:{u:u}:r:docs",
+        "ns:{u:u}:i:meta",
         "ns:{u:u}:kv:refs",
     ]
     assert layout.epoch_roots("u", 7) == [
-        f"ns:{{u:u}}:@7:{root}" for root in ("sessions", "r:stats", "r:docs", "kv:refs")
+        f"ns:{{u:u}}:@7:{root}" for root in ("sessions", "r:stats", "r:docs", "i:meta", "kv:refs")
     ]

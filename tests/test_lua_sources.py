@@ -60,9 +60,17 @@ def code(name: str) -> str:
 def test_the_folder_holds_scripts_and_includes() -> None:
     assert [n for n in ALL_FILES if not n.startswith("_")] == SCRIPTS
     assert {"write", "read", "guard_bump", "store_put", "lg_put"} <= set(SCRIPTS)
-    assert {"_guard", "_time", "_meta", "_common", "_recall", "_store", "_langgraph"} == set(
-        INCLUDES
-    )
+    assert {
+        "_guard",
+        "_time",
+        "_meta",
+        "_common",
+        "_recall",
+        "_index",
+        "_postings",
+        "_store",
+        "_langgraph",
+    } == set(INCLUDES)
 
 
 # -- includes ---------------------------------------------------------------
@@ -91,7 +99,14 @@ def test_an_include_a_script_uses_is_declared_by_name() -> None:
     (or that those include): write needs _common, which needs _meta and _time."""
     assert scripts._declared("write").includes == ("_common",)
     assert includes("write") == ("_time", "_guard", "_meta", "_common")
-    assert includes("index_commit") == ("_time", "_guard", "_meta", "_common", "_recall")
+    assert includes("index_commit") == (
+        "_time",
+        "_guard",
+        "_meta",
+        "_common",
+        "_index",
+        "_recall",
+    )
     assert includes("guard_settle") == ()
 
 

@@ -73,6 +73,47 @@ an escaped id)::
                                      cleared (T: unique per clear), until forgotten
     E r:graves                 SET   the graves not yet forgotten
 
+That is recall format 1. Format 2 (``docs/index-format.md``; a new user gets
+it, a user with ``r:stats`` keeps format 1 until migrated) is the ``i:``
+family. ``D`` is a docid (1, 2, ...); a posting list is a 4-byte big-endian
+header (the list's last docid), then per doc ``varint((D - previous D) << 6 | q)``
+(unsigned LEB128; the first doc's previous D is 0; ``q`` the weight
+quantized to 1..63, ``ranking.quantize_weight``; 0 in filter lists)::
+
+    E i:meta                   HASH  v (2), n (live docs), next (last docid
+                                     given), sords / spords (last session /
+                                     speaker ordinal given), dead (docs of
+                                     cleared sessions not compacted), sealed
+                                     (every record block below it is sealed),
+                                     mig (migration cursor from format 1)
+    E i:t:<term>               STRING posting list of a term
+    E i:f:s:<ord>              STRING the docs (q = 0) of session ordinal ord
+    E i:f:a:X                  STRING the same, docs written by agent X
+    E i:f:g:X=Y                STRING the same, docs of entries tagged key=value
+    E i:dt:<c>                 STRING doc table, docids c*4096 .. c*4096+4095:
+                                     22 bytes per doc at (D % 4096) * 22: created
+                                     ms (6), deadline s since 2020-01-01 UTC (4,
+                                     0 none), previous / next doc of the session
+                                     as docid deltas (3 + 3, 0 none), session
+                                     ordinal (3), role code (1), speaker ordinal
+                                     (2, 0 none); big-endian; all zero = no doc
+    E i:rec                    HASH  D -> "role|name terms|" + payload, for docs
+                                     of record blocks not sealed yet
+    E i:docs                   HASH  block b -> zlib of the records of docids
+                                     64b .. 64b+63, each varint(len) + record
+    E i:sess                   HASH  escaped session id -> ord; "#<ord>" ->
+                                     "<escaped session id>,<docs indexed>"
+    E i:spk                    HASH  speaker name terms -> speaker ord;
+                                     "#<ord>" -> the name terms
+    E i:dead                   BITMAP by session ordinal: that session was cleared
+
+Only the workers write the recall keys (``index_commit.lua``,
+``index_seal.lua``), plus ``clear.lua`` (a session's grave, its dead bit);
+every one of those scripts, and ``recall_search.lua``, is guarded. No key
+of either format outlives the newest doc it holds (commits give each key
+touched the later of its deadline and the doc's, none when a doc is kept
+forever); ``i:meta`` holds the longest deadline of the family.
+
 The long-term store (``redismem.longterm.store``) keeps a namespace ``(T, L2, ...)``
 under the user tag of its first label, the tenant ``T``. An item is named by
 its ref ``R = e(T)/e(L2)/.../#e(key)`` (``e`` = ``escape_id``; ``/`` and ``#``
@@ -315,8 +356,57 @@ class RecallKeys:
     #: SET of the graves (lists of docs of cleared sessions) not yet forgotten.
     graves: str = ""
 
+    #: Format 2 (the ``i:`` family, see the module docstring): the prefix of
+    #: its keys (``E i:``) and its fixed keys, in the order of ``index_keys``.
+    i_prefix: str = ""
+    i_meta: str = ""
+    i_rec: str = ""
+    i_docs: str = ""
+    i_sess: str = ""
+    i_spk: str = ""
+    i_dead: str = ""
+
     def script_keys(self) -> list[str]:
         return [self.docs, self.links, self.dkeys, self.stats, self.time, self.exp]
+
+    def index_keys(self) -> list[str]:
+        """The fixed keys of format 2, in the order the format-2 scripts take
+        them (``INDEX_KEY_KINDS``; see ``lua/_index.lua``)."""
+        return [self.i_meta, self.i_rec, self.i_docs, self.i_sess, self.i_spk, self.i_dead]
+
+    def i_key(self, suffix: str) -> str:
+        """A format-2 key by its suffix: ``term_suffix``, ``agent_filter_suffix``,
+        ``tag_filter_suffix``, ``index_session_suffix``, ``doc_table_suffix``."""
+        return self.i_prefix + suffix
+
+    def i_term(self, term: str) -> str:
+        """The posting list (STRING) of an index term."""
+        return self.i_prefix + term_suffix(term)
+
+    def i_doc_table(self, chunk: int) -> str:
+        """Doc table chunk ``chunk`` (docids ``chunk * DOC_TABLE_CHUNK`` on)."""
+        return self.i_prefix + doc_table_suffix(chunk)
+
+    def i_session_list(self, ordinal: int) -> str:
+        """The docs (STRING, posting list, q = 0) of session ordinal ``ordinal``."""
+        return self.i_prefix + index_session_suffix(ordinal)
+
+
+#: The fixed keys of recall format 2 (``E i:<kind>``), in script order.
+INDEX_KEY_KINDS = ("meta", "rec", "docs", "sess", "spk", "dead")
+#: Docids per doc table chunk (``E i:dt:<docid // DOC_TABLE_CHUNK>``).
+DOC_TABLE_CHUNK = 4096
+#: Docids per sealed record block (``E i:docs`` field ``docid // RECORD_BLOCK``).
+RECORD_BLOCK = 64
+
+
+def index_session_suffix(ordinal: int) -> str:
+    """Format 2's list of a session's docs, by the session's ordinal (``i:sess``)."""
+    return f"f:s:{ordinal}"
+
+
+def doc_table_suffix(chunk: int) -> str:
+    return f"dt:{chunk}"
 
 
 def term_suffix(term: str) -> str:
@@ -487,7 +577,13 @@ class KeyLayout:
         and drop it last): a new family must add its root here, or a clear
         could drop the guard of an epoch still holding its keys."""
         prefix = self.user_prefix(user_id, epoch)
-        return [prefix + "sessions", prefix + "r:stats", prefix + "r:docs", prefix + "kv:refs"]
+        return [
+            prefix + "sessions",
+            prefix + "r:stats",
+            prefix + "r:docs",
+            prefix + "i:meta",
+            prefix + "kv:refs",
+        ]
 
     def user(self, user_id: str, epoch: int = 0) -> UserKeys:
         return UserKeys(
@@ -554,12 +650,16 @@ class KeyLayout:
     def recall(self, user_id: str, epoch: int = 0) -> RecallKeys:
         prefix = self.user_prefix(user_id, epoch) + "r:"
         kinds = {kind: prefix + kind for kind in RECALL_KEY_KINDS}
+        i_prefix = self.user_prefix(user_id, epoch) + "i:"
+        i_kinds = {f"i_{kind}": i_prefix + kind for kind in INDEX_KEY_KINDS}
         return RecallKeys(
             prefix,
             **kinds,
             guard=self.guard(user_id),
             epoch=epoch,
             graves=prefix + "graves",
+            i_prefix=i_prefix,
+            **i_kinds,
         )
 
     def queue_key(self, name: str) -> str:

@@ -22,7 +22,13 @@ from typing import Any
 import redis.exceptions as rexc
 
 from redismem.core.connection import RetryPolicy, is_cluster
-from redismem.core.keys import RecallKeys, SessionKeys, UserKeys, session_filter_suffix
+from redismem.core.keys import (
+    RecallKeys,
+    SessionKeys,
+    UserKeys,
+    escape_id,
+    session_filter_suffix,
+)
 from redismem.core.lua import Scoped, guarded, script_source
 from redismem.core.transport import MultiplexedCluster, MultiplexedConnection
 from redismem.errors import BackendFull
@@ -30,6 +36,7 @@ from redismem.errors import BackendFull
 __all__ = [
     "CommitResult",
     "ExtractRead",
+    "IndexCommit",
     "IndexDoc",
     "IndexRead",
     "PrepareResult",
@@ -138,6 +145,22 @@ class ExtractRead:
     #: Whole entry records covering the messages, newest first.
     entries: list[bytes]
     outbox: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexCommit:
+    """What ``index_commit`` did."""
+
+    #: "committed", "stale" (another pass committed first) or "gone".
+    status: str
+    added: int = 0
+    #: The index format the docs went to: 2, or 1 (the user's index is
+    #: still format 1: its migration is due); 0 when nothing was committed.
+    format: int = 0
+    #: Format 2: the last docid given, and ``i:meta`` sealed (every record
+    #: block below it is sealed).
+    next_docid: int = 0
+    sealed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,8 +496,18 @@ class ScriptRunner:
         """Delete the session; its docs in the recall index go to the grave
         ``recall.prefix + grave`` (a fresh suffix), for ``recall_forget``."""
         filter_key = recall.prefix + session_filter_suffix(session_id)
-        script_keys = [*keys.script_keys(), filter_key, recall.prefix + grave, recall.graves]
-        removed, _grave = await self.run_guarded("clear", keys, script_keys, [session_id])
+        script_keys = [
+            *keys.script_keys(),
+            filter_key,
+            recall.prefix + grave,
+            recall.graves,
+            recall.i_sess,
+            recall.i_meta,
+            recall.i_dead,
+        ]
+        removed, _grave = await self.run_guarded(
+            "clear", keys, script_keys, [session_id, escape_id(session_id)]
+        )
         return int(removed)
 
     async def prepare(
@@ -564,11 +597,14 @@ class ScriptRunner:
         until_seq: int,
         docs: Sequence[IndexDoc],
         extracting: bool = False,
-    ) -> str:
+        new_format: int = 2,
+    ) -> IndexCommit:
         """Add ``docs`` and move the index watermark to ``until_seq``, with
-        compare-and-set on what ``read`` saw: "committed", "stale" or "gone".
-        ``extracting``: the workers extract memories too (the session's
-        extraction watermark starts with this commit, if not before)."""
+        compare-and-set on what ``read`` saw (status "committed", "stale" or
+        "gone"). ``extracting``: the workers extract memories too (the
+        session's extraction watermark starts with this commit, if not
+        before). ``new_format``: the index format a user without an index
+        gets. The docs' filter suffixes start with the session's."""
         args: list[Any] = [
             read.gen,
             read.iwm,
@@ -577,14 +613,29 @@ class ScriptRunner:
             recall.prefix,
             len(docs),
             "1" if extracting else "0",
+            new_format,
+            recall.i_prefix,
         ]
         for doc in docs:
             postings = " ".join(f"{term} {weight:.6g}" for term, weight in doc.postings.items())
             args += [doc.created_ms, doc.record, " ".join(doc.filter_suffixes), postings]
-        status, _added = await self.run_guarded(
-            "index_commit", keys, [*keys.script_keys(), *recall.script_keys()], args
+        status, added, fmt, last, sealed = await self.run_guarded(
+            "index_commit",
+            keys,
+            [*keys.script_keys(), *recall.index_keys(), *recall.script_keys()],
+            args,
         )
-        return {1: "committed", 0: "stale", -1: "gone"}[status]
+        name = {1: "committed", 0: "stale", -1: "gone"}[status]
+        return IndexCommit(name, int(added), int(fmt), int(last), int(sealed))
+
+    async def index_seal(self, recall: RecallKeys, *, block: int, data: bytes) -> tuple[bool, int]:
+        """Seal record block ``block`` of format 2 (``data``: the zlib block
+        of its records, ``postings.encode_block``); idempotent. Returns
+        (sealed by this call, ``i:meta`` sealed after it)."""
+        done, mark = await self.run_guarded(
+            "index_seal", recall, recall.index_keys(), [recall.i_prefix, block, data]
+        )
+        return bool(done), int(mark)
 
     async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
         """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and

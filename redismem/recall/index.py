@@ -49,6 +49,7 @@ from redismem.core.connection import scan_once
 from redismem.core.epochs import EpochMoved, in_epoch
 from redismem.core.guard import current_epoch, read_guarded
 from redismem.core.keys import (
+    RECORD_BLOCK,
     RecallKeys,
     SessionKeys,
     agent_filter_suffix,
@@ -60,7 +61,7 @@ from redismem.core.queue import SummarizeArgs
 from redismem.core.scripts import IndexDoc, IndexRead
 from redismem.errors import CorruptData, EmbedderError, InvalidInput
 from redismem.models import ROLES, Hit, Message
-from redismem.recall import ranking
+from redismem.recall import postings, ranking
 from redismem.recall.embeddings import Embedder, cosine, model_id, quantize
 from redismem.recall.terms import terms
 
@@ -84,6 +85,9 @@ INDEX_BATCH = 200
 _DOC_VERSION = 1
 #: Docs forgotten per script call when a session is cleared.
 _FORGET_BATCH = 500
+#: The recall index format a user with no index gets (``docs/index-format.md``;
+#: 1 only to build a format-1 index, e.g. for the migration's tests).
+NEW_INDEX_FORMAT = 2
 MAX_LIMIT = 1000
 
 
@@ -95,6 +99,8 @@ class IndexOutcome:
     #: The session's write sequence and incarnation the pass read.
     seq: int = 0
     gen: str = ""
+    #: The docs went to the user's format-1 index: its migration is due.
+    old_format: bool = False
 
 
 def _indexed_text(message: Message) -> str:
@@ -162,22 +168,49 @@ async def index_pass(
         previous.append(text)
         docs.append(_doc(sid, seq, entry, message, element, weights, vectors[offset]))
     until = first + len(messages) - 1
+    recall = backend.layout.recall(uid, keys.epoch)
     try:
-        status = await backend.scripts.index_commit(
+        done = await backend.scripts.index_commit(
             keys,
-            backend.layout.recall(uid, keys.epoch),
+            recall,
             read=read,
             until_seq=until,
             docs=docs,
             extracting=extracting,
+            new_format=NEW_INDEX_FORMAT,
         )
+        if done.format == 2:
+            await seal_blocks(backend, recall, next_docid=done.next_docid, sealed=done.sealed)
     except EpochMoved:
         return IndexOutcome("gone")  # the user was cleared since the read
-    if status == "gone":
+    if done.status == "gone":
         return IndexOutcome("gone")
-    if status == "stale":
+    if done.status == "stale":
         return IndexOutcome("stale", seq=read.seq, gen=read.gen)
-    return IndexOutcome("indexed", len(docs), read.seq, read.gen)
+    return IndexOutcome("indexed", len(docs), read.seq, read.gen, old_format=done.format == 1)
+
+
+async def seal_blocks(backend: Backend, recall: RecallKeys, *, next_docid: int, sealed: int) -> int:
+    """Seal every record block of format 2 from ``sealed`` (``i:meta``
+    sealed) whose docids are all given (``next_docid``: ``i:meta`` next),
+    in order: its records read from ``i:rec``, compressed here, moved by one
+    ``index_seal.lua`` call (idempotent: another worker may seal the same
+    blocks). Returns how many this call sealed."""
+    count = 0
+    for block in range(sealed, (next_docid + 1) // RECORD_BLOCK):
+        ids = [str(d) for d in range(block * RECORD_BLOCK, (block + 1) * RECORD_BLOCK)]
+        records: list[bytes | None] = await backend.call(
+            functools.partial(_hmget, key=recall.i_rec, fields=ids)
+        )
+        data = postings.encode_block(records)
+        done, _mark = await backend.scripts.index_seal(recall, block=block, data=data)
+        count += done
+    return count
+
+
+async def _hmget(redis: Any, *, key: str, fields: list[str]) -> list[bytes | None]:
+    values: list[bytes | None] = await redis.hmget(key, fields)
+    return values
 
 
 async def catch_up(backend: Backend, *, user_id: str, session_id: str) -> IndexOutcome:
