@@ -651,7 +651,7 @@ class ScriptRunner:
     async def recall_search(self, recall: RecallKeys, args: Sequence[Any]) -> list[Any]:
         """Run the search script (arguments: see ``recall_search.lua``)."""
         found: list[Any] = await self.run_guarded(
-            "recall_search", recall, recall.script_keys(), args
+            "recall_search", recall, [*recall.index_keys(), *recall.script_keys()], args
         )
         return found
 

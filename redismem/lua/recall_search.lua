@@ -1,18 +1,28 @@
 -- Search a user's recall index: keyword ranking (see redismem/ranking.py,
 -- whose `rank` this mirrors), or with no query terms the newest docs; both
--- filtered. Read-only. Bounded: at most ARGV postings per query term, and a
--- walk of at most MAX_WALK candidates through the filters.
--- include: _recall
--- KEYS[1..6]  the user's recall keys (see _recall.lua)
--- ARGV[1]  prefix of posting and filter keys   ARGV[2]  now (ms)
+-- filtered. Read-only. Format 1 (r: keys) is bounded: at most ARGV postings
+-- per query term, and a walk of at most MAX_WALK candidates through the
+-- filters. Format 2 (i: keys, i:meta v = 2) is exact: every posting of the
+-- query terms, no cap (see search2 below).
+-- include: _recall _postings
+-- KEYS[1..6]  the user's format-2 keys (RecallKeys.index_keys): i:meta,
+--             i:rec, i:docs, i:sess, i:spk, i:dead
+-- KEYS[7..12] the user's format-1 recall keys (see _recall.lua)
+-- ARGV[1]  prefix of format-1 posting and filter keys   ARGV[2]  now (ms)
 -- ARGV[3]  limit   ARGV[4]  min score ("" = none)
 -- ARGV[5]  since ms ("" = none)   ARGV[6]  until ms ("" = none)
 -- ARGV[7]  allowed role codes, e.g. "12" ("" = any role)
 -- ARGV[8]  F, the number of filter key suffixes; ARGV[9 .. 8+F] the suffixes
---          (a doc must be in every one of them)
--- then     max postings per term, prev weight, next weight, speaker boost,
---          Q (the number of query terms), and Q pairs: term, query weight
--- Returns {id, score or false, doc record, ...}, best (or newest) first.
+--          (a doc must be in every one of them; format 2 maps f:s:<session>
+--          to its ordinal's list)
+-- then     max postings per term (format 1), prev weight, next weight,
+--          speaker boost, Q (the number of query terms), Q pairs: term,
+--          query weight; then the largest posting weight (format 2's
+--          ranking.MAX_WEIGHT)
+-- Returns, format 1: {id, score or false, doc record, ...}, best (or newest)
+-- first; format 2: {2, H, then H times: docid, score (text) or false,
+-- created ms, record or the number of its block; then per block named:
+-- number, zlib block}.
 local MAX_WALK = 5000
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local min_score = tonumber(ARGV[4])
@@ -27,6 +37,270 @@ local max_postings, alpha, beta, boost = tonumber(ARGV[at]), tonumber(ARGV[at + 
 local nterms = tonumber(ARGV[at + 4])
 local qterms = {}
 for i = 0, nterms - 1 do qterms[ARGV[at + 5 + 2 * i]] = tonumber(ARGV[at + 6 + 2 * i]) end
+local max_weight = tonumber(ARGV[at + 5 + 2 * nterms])
+local I_META, I_REC, I_DOCS, I_SESS, I_SPK, I_DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6]
+
+-- Format 2 (exact top k).
+--   base(d) = sum over query terms t of w_t * q(t, d) * max_weight / 63
+--   score(d) = (base(d) + alpha * base(prev d) + beta * base(next d))
+--              * (1 + boost when the query names d's speaker)
+-- computed on candidates only: the docs with base >= tau and their previous
+-- and next docs. Any other doc scores < tau * (1 + alpha + beta) * factor
+-- (factor = 1 + boost when the query names some speaker), so once the k-th
+-- accepted candidate reaches that bound the top k is exact; else tau is
+-- lowered and the new band's docs join. Filters are checked on candidates,
+-- as ranking.rank's `accept`; neighbours score with their base whatever
+-- the filters say of them.
+local function search2()
+  local IP = string.sub(I_META, 1, -5)
+  local meta = redis.call('HMGET', I_META, 'n', 'next', 'sealed')
+  local n_docs, last = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
+  local sealed = tonumber(meta[3] or '0')
+  local dead = redis.call('GET', I_DEAD) or ''
+  local slot = slot_reader(IP)
+  local none = {2, 0}
+
+  -- The filter lists' docids, intersected (flist ascending, fset a set).
+  local flist, fset = nil, nil
+  if nfilters > 0 then
+    local lists = {}
+    for i = 1, nfilters do
+      local suffix = ARGV[8 + i]
+      if string.sub(suffix, 1, 4) == 'f:s:' then
+        local ord = redis.call('HGET', I_SESS, string.sub(suffix, 5))
+        if not ord then return none end
+        suffix = 'f:s:' .. ord
+      end
+      local s = redis.call('GET', IP .. suffix)
+      if not s then return none end
+      lists[#lists + 1] = s
+    end
+    table.sort(lists, function(a, b) return #a < #b end)
+    flist = postings_docs(lists[1])
+    for i = 2, #lists do
+      local keep = {}
+      for j = 1, #flist do keep[flist[j]] = true end
+      flist = postings_docs(lists[i], keep)
+    end
+    fset = {}
+    for j = 1, #flist do fset[flist[j]] = true end
+  end
+
+  -- The slot of d when d passes the filters (role, time, expiry, a cleared
+  -- session, the filter lists), else false.
+  local function accepted(d)
+    if fset and not fset[d] then return false end
+    local sl = slot(d)
+    if not sl then return false end
+    local created, deadline = sl[1], sl[2]
+    if deadline ~= 0 and P_EPOCH_2020 + deadline * 1000 <= now then return false end
+    if since and created < since then return false end
+    if till and created > till then return false end
+    if roles ~= '' and not string.find(roles, tostring(sl[6]), 1, true) then return false end
+    if dead ~= '' and bit_set(dead, sl[5]) then return false end
+    return sl
+  end
+
+  local hits, score = {}, {}
+  local function reply()
+    local out = {2, #hits}
+    local blocks, named_blocks = {}, {}
+    for i = 1, #hits do
+      local d = hits[i]
+      out[#out + 1] = d
+      out[#out + 1] = score[d] and string.format('%.17g', score[d]) or false
+      out[#out + 1] = slot(d)[1]
+      local b = P_FLOOR(d / 64)
+      local record = false
+      if b >= sealed then record = redis.call('HGET', I_REC, d) end
+      if record then
+        out[#out + 1] = record
+      else
+        out[#out + 1] = b
+        if not named_blocks[b] then
+          named_blocks[b] = true
+          blocks[#blocks + 1] = b
+        end
+      end
+    end
+    for i = 1, #blocks do
+      out[#out + 1] = blocks[i]
+      out[#out + 1] = redis.call('HGET', I_DOCS, blocks[i])
+    end
+    return out
+  end
+
+  if nterms == 0 then
+    -- Newest first: the filter lists' docids, or every docid, downwards.
+    if flist then
+      for j = #flist, 1, -1 do
+        if accepted(flist[j]) then
+          hits[#hits + 1] = flist[j]
+          if #hits >= limit then break end
+        end
+      end
+    else
+      for d = last, 1, -1 do
+        if accepted(d) then
+          hits[#hits + 1] = d
+          if #hits >= limit then break end
+        end
+      end
+    end
+    return reply()
+  end
+
+  local qset, base, nbase = {}, {}, 0
+  local levels = {}
+  for q = 0, 63 do levels[q] = q * max_weight / 63 end
+  for i = 0, nterms - 1 do
+    local term, qw = ARGV[at + 5 + 2 * i], tonumber(ARGV[at + 6 + 2 * i])
+    qset[term] = true
+    local s = redis.call('GET', IP .. 't:' .. term)
+    local df = s and postings_count(s) or 0
+    if df > 0 then
+      local n = n_docs
+      if n < df then n = df end -- docs of cleared sessions still counted in df
+      local w = qw * math.log(1 + (n - df + 0.5) / (df + 0.5))
+      local add = {}
+      for q = 0, 63 do add[q] = w * levels[q] end
+      postings_add(s, add, base)
+    end
+  end
+
+  local smooth = alpha > 0 or beta > 0
+  -- Speakers the query names (speaker ordinal -> true/false).
+  local named, lookup, factor = {}, false, 1
+  if boost > 0 then
+    if redis.call('HLEN', I_SPK) <= 512 then
+      local all = redis.call('HGETALL', I_SPK)
+      for i = 1, #all, 2 do
+        if string.sub(all[i], 1, 1) == '#' then
+          for name in string.gmatch(all[i + 1], '%S+') do
+            if qset[name] then
+              named[tonumber(string.sub(all[i], 2))] = true
+              factor = 1 + boost
+              break
+            end
+          end
+        end
+      end
+    else
+      lookup, factor = true, 1 + boost
+    end
+  end
+  local function names_speaker(spk)
+    if spk == 0 then return false end
+    local v = named[spk]
+    if v == nil then
+      v = false
+      if lookup then
+        local names = redis.call('HGET', I_SPK, '#' .. spk) or ''
+        for name in string.gmatch(names, '%S+') do
+          if qset[name] then v = true break end
+        end
+      end
+      named[spk] = v
+    end
+    return v
+  end
+
+  local done = {}
+  local function evaluate(d)
+    if done[d] then return end
+    done[d] = true
+    local sl = accepted(d)
+    if not sl then return end
+    local s = base[d] or 0
+    if smooth then
+      if sl[3] then s = s + alpha * (base[sl[3]] or 0) end
+      if sl[4] then s = s + beta * (base[sl[4]] or 0) end
+    end
+    if boost ~= 0 and names_speaker(sl[7]) then s = s * (1 + boost) end
+    if s > 0 and (not min_score or s >= min_score) then
+      hits[#hits + 1] = d
+      score[d] = s
+    end
+  end
+  local function better(a, b)
+    local sa, sb = score[a], score[b]
+    if sa ~= sb then return sa > sb end
+    return a > b
+  end
+  local function top()
+    table.sort(hits, better)
+    for i = #hits, limit + 1, -1 do hits[i] = nil end
+    return reply()
+  end
+
+  local maxb = 0
+  for _, s in pairs(base) do
+    nbase = nbase + 1
+    if s > maxb then maxb = s end
+  end
+  if nbase == 0 then return none end
+
+  if flist and #flist <= nbase then
+    -- Few docs pass the filter lists: score each of them.
+    for j = 1, #flist do evaluate(flist[j]) end
+    return top()
+  end
+
+  -- tau from a histogram of base: about `want` docs have base >= tau.
+  local NB = 1024
+  local scale = (NB - 1) / maxb
+  local hist = {}
+  for _, s in pairs(base) do
+    local h = P_FLOOR(s * scale)
+    hist[h] = (hist[h] or 0) + 1
+  end
+  local function tau_for(want, below)
+    local c, h = 0, NB - 1
+    while h > 0 do
+      c = c + (hist[h] or 0)
+      if c >= want and h / scale < below then break end
+      h = h - 1
+    end
+    return h / scale
+  end
+  local mult = (1 + (smooth and alpha or 0) + (smooth and beta or 0)) * factor * (1 + 1e-9)
+  local want = math.max(64, 4 * limit)
+  local hi = math.huge
+  local tau = tau_for(want, hi)
+  while true do
+    for d, s in pairs(base) do
+      if s >= tau and s < hi then
+        evaluate(d)
+        if smooth then
+          local sl = slot(d)
+          if sl then
+            if sl[3] then evaluate(sl[3]) end
+            if sl[4] then evaluate(sl[4]) end
+          end
+        end
+      end
+    end
+    if tau <= 0 then break end
+    local bound = tau * mult
+    if min_score and bound <= min_score then break end
+    hi = tau
+    if #hits >= limit then
+      table.sort(hits, better)
+      local kth = score[hits[limit]]
+      if kth >= bound then break end
+      tau = kth / mult
+      -- the next round's band holds no doc at all: take one more bucket
+      if tau >= hi then tau = tau_for(0, hi) end
+    else
+      local grow = 16
+      if #hits > 0 then grow = math.min(16, math.max(2, 2 * limit / #hits)) end
+      want = want * grow
+      tau = tau_for(want, hi)
+    end
+  end
+  return top()
+end
 
 -- The doc record if the doc passes every filter, else nil.
 local function accepted(id)
@@ -44,6 +318,8 @@ local function accepted(id)
   end
   return record
 end
+
+if redis.call('HGET', I_META, 'v') == '2' then return search2() end
 
 local out = {}
 if nterms == 0 then

@@ -28,6 +28,7 @@ import json
 import logging
 import struct
 import time
+import zlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -298,20 +299,56 @@ class _Found:
 
 
 def _decode_doc(record: bytes, score: Any, key: str) -> _Found:
+    """A format-1 doc record: ``created,deadline,role|names|payload``."""
     try:
         header, _, rest = record.partition(b"|")
-        created_text = header.split(b",", 1)[0]
-        _names, _, payload = rest.partition(b"|")
+        created_ms = int(header.split(b",", 1)[0])
+    except ValueError as exc:
+        raise CorruptData(key, f"recall doc: {exc}") from exc
+    return _decode_payload(rest.partition(b"|")[2], created_ms, score, key)
+
+
+def _decode_payload(payload: bytes, created_ms: int, score: Any, key: str) -> _Found:
+    try:
         fields = msgpack.unpackb(payload, raw=False, strict_map_key=False)
         version, session_id, seq, agent, tags, element = fields[:6]
         model, vector = (fields[6], fields[7]) if len(fields) >= 8 else (None, None)
         if version != _DOC_VERSION:
             raise ValueError(f"unknown doc version {version!r}")
-        created_ms = int(created_text)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"recall doc: {exc}") from exc
     value = None if score is None else float(score)
     return _Found(session_id, seq, created_ms, agent, tags, element, value, model, vector, key)
+
+
+def _decode_found2(found: Sequence[Any], recall: RecallKeys) -> list[_Found]:
+    """Format 2's reply (``recall_search.lua``): per hit its docid, score,
+    created ms and record (``role|names|payload``) or the number of its
+    record block; then the blocks named, each once, inflated here."""
+    count = int(found[1])
+    end = 2 + 4 * count
+    blocks = {int(found[i]): found[i + 1] for i in range(end, len(found), 2)}
+    inflated: dict[int, list[bytes | None]] = {}
+    out = []
+    for i in range(2, end, 4):
+        docid, score, created, record = found[i : i + 4]
+        if isinstance(record, int):
+            rows = inflated.get(record)
+            if rows is None:
+                raw = blocks.get(record)
+                try:
+                    if raw is None:
+                        raise ValueError(f"record block {record} missing")
+                    rows = postings.decode_block(bytes(raw))
+                except (ValueError, zlib.error) as exc:
+                    raise CorruptData(recall.i_docs, f"recall doc {docid}: {exc}") from exc
+                inflated[record] = rows
+            record = rows[int(docid) % postings.BLOCK]
+            if record is None:
+                raise CorruptData(recall.i_docs, f"recall doc {docid} missing from its block")
+        payload = bytes(record).partition(b"|")[2].partition(b"|")[2]
+        out.append(_decode_payload(payload, int(created), score, recall.i_rec))
+    return out
 
 
 def _role_codes(roles: object) -> str:
@@ -420,7 +457,10 @@ async def _run_search(
     ]
     for term, weight in qterms.items():
         args += [term, weight]
+    args.append(repr(ranking.MAX_WEIGHT))
     found = await backend.scripts.recall_search(recall, args)
+    if found and isinstance(found[0], int):
+        return _decode_found2(found, recall)
     return [_decode_doc(found[i + 2], found[i + 1], recall.docs) for i in range(0, len(found), 3)]
 
 
