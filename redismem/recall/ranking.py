@@ -256,7 +256,9 @@ def rank(
         df = len(plist)
         if df == 0:
             continue
-        w_t = q * idf(df, n_docs)
+        # df may count docs of cleared sessions that n_docs no longer does
+        # (index format 2, until compaction): idf stays >= 0.
+        w_t = q * idf(df, max(n_docs, df))
         top = plist
         if params.max_postings is not None and df > params.max_postings:
             top = heapq.nlargest(params.max_postings, plist, key=lambda e: (e[1], str(e[0])))
