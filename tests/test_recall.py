@@ -31,6 +31,8 @@ from worker_support import WorkerPool, wait_ready, worker_env
 
 import redismem
 from redismem import InvalidInput, Memory, Message
+from redismem.recall import index as index_module
+from redismem.recall import postings
 from redismem.recall.terms import terms
 from redismem.summarization.summarizers import TruncationSummarizer
 from redismem.workers.inprocess import InProcessWorker
@@ -153,8 +155,9 @@ def contents(hits: Iterable[Any]) -> list[str]:
 
 
 async def recall_keys(raw: Any, pattern: str) -> list[bytes]:
-    """The recall index keys (``:r:``) among the keys matching ``pattern``."""
-    return [k for k in await keys_matching(raw, pattern) if b":r:" in k]
+    """The recall index keys (``:r:``, format 2 ``:i:``) among the keys
+    matching ``pattern``."""
+    return [k for k in await keys_matching(raw, pattern) if b":r:" in k or b":i:" in k]
 
 
 async def element_count(raw: Any, keys: Iterable[bytes]) -> int:
@@ -712,12 +715,45 @@ async def test_index_false_without_summaries_has_nothing_to_flush(recall, raw):
 
 
 async def assert_no_trace(raw: Any, pattern: str, words: Iterable[bytes]) -> None:
-    """No recall key matching ``pattern`` names or holds any of ``words``."""
+    """No format-1 recall key matching ``pattern`` names or holds any of
+    ``words``. Format 2 keeps a cleared session's docs, tombstoned, until
+    compaction: every format-2 posting list or record holding one of
+    ``words`` holds only docs of sessions marked dead (``i:dead``)."""
     words = list(words)
     for key in await recall_keys(raw, pattern):
+        if b":i:" in key:
+            await assert_tombstoned(raw, key, words)
+            continue
         assert not any(w in key for w in words), key
         for value in await key_values(raw, key):
             assert not any(w in value for w in words), (key, value[:200])
+
+
+async def assert_tombstoned(raw: Any, key: bytes, words: list[bytes]) -> None:
+    """A format-2 key: the docs it lists (a term) or holds (records) that
+    name one of ``words`` belong to dead sessions."""
+    head, _, rest = key.partition(b":i:")
+    prefix = head + b":i:"
+    docids: list[int] = []
+    if rest.startswith(b"t:") and any(w in rest for w in words):
+        docids = [d for d, _q in postings.decode_postings(await raw.get(key))]
+    elif rest == b"rec":
+        docids = [
+            int(d)
+            for d, record in (await raw.hgetall(key)).items()
+            if any(w in record for w in words)
+        ]
+    elif rest == b"docs":
+        for block, data in (await raw.hgetall(key)).items():
+            for i, record in enumerate(postings.decode_block(data)):
+                if record is not None and any(w in record for w in words):
+                    docids.append(int(block) * postings.BLOCK + i)
+    for docid in docids:
+        chunk, at = postings.slot_at(docid)
+        raw_slot = await raw.getrange(prefix + b"dt:%d" % chunk, at, at + postings.SLOT - 1)
+        slot = postings.decode_slot(docid, raw_slot)
+        assert slot is not None, (key, docid)
+        assert await raw.getbit(prefix + b"dead", slot.session) == 1, (key, docid)
 
 
 async def test_clear_of_a_session_removes_its_indexed_copies(mem, background, raw):
@@ -745,7 +781,37 @@ async def test_clear_of_a_session_removes_its_indexed_copies(mem, background, ra
     assert contents(await mem.search("alpha", session_id="doomed-sess")) == ["reborn alpha"]
 
 
-async def test_clear_of_a_session_leaves_no_index_residue(mem, background, raw):
+async def test_clear_of_a_session_touches_only_the_tombstone_in_format_2(mem, background, raw):
+    """Format 2 clears a session in O(1): its dead bit, its ordinal mapping,
+    the live count; nothing else of the index changes (compaction removes
+    the docs later)."""
+    pattern = mem.layout.user_pattern("default")
+    for s in ("kept", "gone"):
+        await mem.write([user(f"{s} alpha one"), user(f"{s} beta two")], session_id=s)
+    await settle(mem, background)
+    recall = mem.layout.recall("default")
+    before = await snapshot(raw, pattern)
+    await mem.clear(session_id="gone")
+    after = await snapshot(raw, pattern)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    session_keys = {
+        k for k in changed if b":s:gone:" in k or k.endswith((b":sessions", b":tagidx"))
+    }
+    assert changed - session_keys == {
+        k.encode() for k in (recall.i_meta, recall.i_sess, recall.i_dead)
+    }
+    assert await raw.hmget(recall.i_meta, "n", "dead") == [b"2", b"2"]
+    assert await mem.search("alpha", limit=10) and all(
+        h.session_id == "kept" for h in await mem.search("alpha", limit=10)
+    )
+
+
+async def test_clear_of_a_session_leaves_no_index_residue_in_format_1(
+    mem, background, raw, monkeypatch
+):
+    monkeypatch.setattr(index_module, "NEW_INDEX_FORMAT", 1)
+    if not background.embedded:
+        pytest.skip("worker processes build format 2 for a new user")
     pattern = mem.layout.user_pattern("default")
     await mem.write([user("kept alpha one"), user("kept beta two")], session_id="kept")
     await settle(mem, background)

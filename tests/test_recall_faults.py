@@ -16,12 +16,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import msgpack
 import pytest
 import pytest_asyncio
 from helpers import client_kill_storm, key_values, keys_matching, user
 from worker_support import WorkerPool, WorkerProcess, eventually, wait_ready, worker_env
 
 from redismem import Memory
+from redismem.core import codec
+from redismem.recall import postings
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -120,6 +123,47 @@ async def assert_exactly_once(
     assert not problems, f"{len(problems)} of {len(tokens)} tokens wrong, e.g.:\n" + "\n".join(
         problems[:20]
     )
+    await assert_indexed_once(memory.redis, memory, expected, user_id=user_id)
+
+
+async def live_docs(raw: Any, memory: Memory, user_id: str = "default") -> list[tuple[str, str]]:
+    """``(session id, message id)`` of every live doc of the user's format-2
+    index (docs of cleared sessions left out), read from the keys: the doc
+    table, the records not sealed yet and the sealed blocks."""
+    recall = memory.layout.recall(user_id)
+    last = int(await raw.hget(recall.i_meta, "next") or 0)
+    dead = await raw.get(recall.i_dead) or b""
+    unsealed = await raw.hgetall(recall.i_rec)
+    blocks = await raw.hgetall(recall.i_docs)
+    found = []
+    for docid in range(1, last + 1):
+        chunk, at = postings.slot_at(docid)
+        table = await raw.getrange(recall.i_doc_table(chunk), at, at + postings.SLOT - 1)
+        slot = postings.decode_slot(docid, table)
+        assert slot is not None, f"docid {docid} has no doc-table slot"
+        if slot.session // 8 < len(dead) and dead[slot.session // 8] & (0x80 >> slot.session % 8):
+            continue
+        record = unsealed.get(str(docid).encode())
+        if record is None:
+            block = blocks[str(postings.block_of(docid)).encode()]
+            record = postings.decode_block(block)[docid % postings.BLOCK]
+        assert record is not None, f"docid {docid} has no record"
+        _role, _names, payload = record.split(b"|", 2)
+        _version, session_id, seq, *_rest = msgpack.unpackb(payload, raw=False)
+        found.append((session_id, codec.message_id(seq)))
+    return found
+
+
+async def assert_indexed_once(
+    raw: Any, memory: Memory, expected: Expected, *, user_id: str = "default"
+) -> None:
+    """Read from the format-2 keys, not through search: every message
+    expected is a live doc exactly once, and no other message is."""
+    docs = await live_docs(raw, memory, user_id)
+    assert len(docs) == len(set(docs)), "a message indexed twice"
+    assert sorted(docs) == sorted(expected.values())
+    recall = memory.layout.recall(user_id)
+    assert int(await raw.hget(recall.i_meta, "n")) == len(docs)
 
 
 async def sessions_with_hits(memory: Memory, sessions: Iterable[str]) -> int:
@@ -297,12 +341,17 @@ async def test_clear_racing_the_indexer_leaves_nothing_of_the_session(
     assert await memory.search("", session_id="sess0") == []
     for t in ("tok0x5", "tok0x77", "tok0x599"):
         assert [h for h in await memory.search(t, limit=50) if h.session_id == "sess0"] == []
-    # No recall key names or holds anything of sess0 (its tokens are "tok0x...").
+    # No format-1 recall key names or holds anything of sess0 (its tokens are
+    # "tok0x..."); in format 2 no live doc is of sess0 (assert_exactly_once
+    # below): the docs committed before the clear are tombstoned, none after.
     for key in await keys_matching(raw, memory.layout.user_pattern("default")):
         if b":r:" in key:
             assert b"tok0x" not in key, key
             for value in await key_values(raw, key):
                 assert b"tok0x" not in value, (key, value[:200])
+    recall = memory.layout.recall("default")
+    assert await raw.hget(recall.i_meta, "v") == b"2"
+    assert await raw.hget(recall.i_sess, "sess0") is None
     await assert_exactly_once(memory, {t: v for t, v in expected.items() if v[0] != "sess0"})
 
 

@@ -20,7 +20,7 @@ from redismem.core.keys import RecallKeys, unescape_id
 from redismem.core.lua import script_source
 from redismem.core.scripts import IndexCommit, IndexDoc
 from redismem.recall import index, postings, ranking
-from redismem.recall.index import index_pass, seal_blocks
+from redismem.recall.index import drop_empty_index, index_pass, seal_blocks
 
 pytestmark = pytest.mark.every_server
 
@@ -248,17 +248,17 @@ async def test_a_format_1_user_stays_format_1_and_says_so(
     recall = backend.layout.recall("u")
     monkeypatch.setattr(index, "NEW_INDEX_FORMAT", 1)
     await memory.write([say("old words")], session_id="s", user_id="u")
-    assert (await index_pass(backend, user_id="u", session_id="s")).old_format
+    assert (await index_pass(backend, user_id="u", session_id="s")).format1
     monkeypatch.setattr(index, "NEW_INDEX_FORMAT", 2)
     await memory.write([say("new words")], session_id="s", user_id="u")
     await memory.write([say("other words")], session_id="t", user_id="u")
     for sid in ("s", "t"):
         outcome = await index_pass(backend, user_id="u", session_id=sid)
-        assert outcome.status == "indexed" and outcome.old_format
+        assert outcome.status == "indexed" and outcome.format1
     assert await backend.redis.hget(recall.stats, "n") == b"3"
     assert await keys_matching(backend.redis, recall.i_prefix + "*") == []
     other = await index_pass_fresh(memory, backend)
-    assert other.status == "indexed" and not other.old_format
+    assert other.status == "indexed" and not other.format1
 
 
 async def index_pass_fresh(memory: Memory, backend: Backend) -> Any:
@@ -285,3 +285,26 @@ async def test_the_lua_encoders_agree_with_the_reference(raw: Any, value: int) -
     assert got[2:-1] == [ranking.quantize_weight(float(w)) for w in weights]
     assert float(got[-1]) == ranking.MAX_WEIGHT and ranking.WEIGHT_LEVELS == 63
     assert math.isclose(ranking.MAX_WEIGHT, ranking.K1 + 1)
+
+
+async def test_clearing_every_session_drops_the_index_unless_a_commit_came_between(
+    make_memory: MemoryFactory,
+) -> None:
+    memory = await make_memory(recall_ttl=None)
+    backend = backend_of(memory)
+    redis = backend.redis
+    recall = backend.layout.recall("u")
+    await write_corpus(memory, "u", ["s1", "s2"], 5)
+    await index_round_robin(backend, "u", ["s1", "s2"], cap=5)
+    await memory.clear(session_id="s1", user_id="u")
+    assert await redis.hget(recall.i_meta, "n") == b"5"
+    assert not await drop_empty_index(backend, recall)
+    # The clear script alone (as if the client died before dropping).
+    keys = backend.layout.session("u", "s2")
+    await backend.scripts.clear(keys, recall, session_id="s2", grave="f:x:s2:t")
+    assert await redis.hmget(recall.i_meta, "n", "dead") == [b"0", b"10"]
+    # A SCAN that raced a commit (next moved since it was read): nothing dropped.
+    assert not await backend.scripts.index_drop(recall, next_docid="9", keys=[])
+    assert await redis.exists(recall.i_meta)
+    await memory.clear(session_id="s2", user_id="u")  # the clear path drops it
+    assert await keys_matching(redis, memory.layout.user_pattern("u")) == []

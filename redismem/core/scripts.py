@@ -637,6 +637,13 @@ class ScriptRunner:
         )
         return bool(done), int(mark)
 
+    async def index_drop(self, recall: RecallKeys, *, next_docid: str, keys: Sequence[Any]) -> bool:
+        """Drop the user's format-2 index (its fixed keys and ``keys``) if
+        no doc of it is live and none was committed since ``next_docid``."""
+        return bool(
+            await self.run_guarded("index_drop", recall, recall.index_keys(), [next_docid, *keys])
+        )
+
     async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
         """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and
         expired ones); returns how many it still lists."""

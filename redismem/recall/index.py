@@ -73,8 +73,10 @@ __all__ = [
     "IndexOutcome",
     "catch_up",
     "flush",
+    "drop_empty_index",
     "forget_graves",
     "index_pass",
+    "seal_blocks",
     "search",
 ]
 
@@ -101,7 +103,7 @@ class IndexOutcome:
     seq: int = 0
     gen: str = ""
     #: The docs went to the user's format-1 index: its migration is due.
-    old_format: bool = False
+    format1: bool = False
 
 
 def _indexed_text(message: Message) -> str:
@@ -188,7 +190,7 @@ async def index_pass(
         return IndexOutcome("gone")
     if done.status == "stale":
         return IndexOutcome("stale", seq=read.seq, gen=read.gen)
-    return IndexOutcome("indexed", len(docs), read.seq, read.gen, old_format=done.format == 1)
+    return IndexOutcome("indexed", len(docs), read.seq, read.gen, format1=done.format == 1)
 
 
 async def seal_blocks(backend: Backend, recall: RecallKeys, *, next_docid: int, sealed: int) -> int:
@@ -207,6 +209,32 @@ async def seal_blocks(backend: Backend, recall: RecallKeys, *, next_docid: int, 
         done, _mark = await backend.scripts.index_seal(recall, block=block, data=data)
         count += done
     return count
+
+
+async def drop_empty_index(backend: Backend, recall: RecallKeys) -> bool:
+    """Drop the user's format-2 index when no doc of it is live (every
+    session cleared): True when dropped. Atomic against commits
+    (``index_drop.lua``)."""
+    state = await backend.call(
+        functools.partial(_hmget, key=recall.i_meta, fields=["v", "n", "next"])
+    )
+    version, live, last = state
+    if version != b"2" or int(live or 0) > 0:
+        return False
+    found: set[bytes] = set()
+    cursor = "0"
+    while True:
+        cursor, batch = await backend.call(
+            functools.partial(
+                scan_once, cursor=cursor, pattern=recall.i_prefix + "*", key=recall.i_meta
+            )
+        )
+        found.update(batch)
+        if cursor == "0":
+            break
+    fixed = {key.encode() for key in recall.index_keys()}
+    others = sorted(found - fixed)
+    return await backend.scripts.index_drop(recall, next_docid=(last or b"").decode(), keys=others)
 
 
 async def _hmget(redis: Any, *, key: str, fields: list[str]) -> list[bytes | None]:
@@ -538,6 +566,7 @@ async def forget_graves(backend: Backend, recall: RecallKeys) -> None:
         suffix = grave.decode()[len(recall.prefix) :]
         while await backend.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
             pass
+    await drop_empty_index(backend, recall)
 
 
 async def _scan_all(backend: Backend, pattern: str) -> list[bytes]:
