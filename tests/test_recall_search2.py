@@ -173,7 +173,10 @@ def reference(corpus: Corpus, built: Mapping[str, Any], q: Query) -> list[tuple[
 
     n_docs = int(built["i:meta"]["n"])
     if not q.words:
-        newest = [d for d in sorted(slots, reverse=True) if accept(d)]
+        # newest by write time (the corpora are far smaller than the walk's window)
+        newest = sorted(
+            (d for d in slots if accept(d)), key=lambda d: (slots[d].created_ms, d), reverse=True
+        )
         return [(d, math.nan) for d in newest[: q.limit]]
     params = replace(ranking.DEFAULT, max_postings=None)
     ranked = ranking.rank(

@@ -24,6 +24,7 @@
 -- created ms, record or the number of its block; then per block named:
 -- number, zlib block}.
 local MAX_WALK = 5000
+local NEWEST_WINDOW = 512
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local min_score = tonumber(ARGV[4])
 local since, till = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -132,22 +133,34 @@ local function search2()
   end
 
   if nterms == 0 then
-    -- Newest first: the filter lists' docids, or every docid, downwards.
+    -- Newest first (created, then docid): the filter lists' docids, or
+    -- every docid, downwards. Docids follow indexing order, which may lag
+    -- the write time a little (sessions indexed by different passes): the
+    -- walk goes NEWEST_WINDOW docids past the limit-th hit, then sorts.
+    local walked, stop = 0, nil
+    local function take(d)
+      walked = walked + 1
+      if accepted(d) then
+        hits[#hits + 1] = d
+        if #hits == limit then stop = walked + math.max(NEWEST_WINDOW, 4 * limit) end
+      end
+      return stop ~= nil and walked >= stop
+    end
     if flist then
       for j = #flist, 1, -1 do
-        if accepted(flist[j]) then
-          hits[#hits + 1] = flist[j]
-          if #hits >= limit then break end
-        end
+        if take(flist[j]) then break end
       end
     else
       for d = last, 1, -1 do
-        if accepted(d) then
-          hits[#hits + 1] = d
-          if #hits >= limit then break end
-        end
+        if take(d) then break end
       end
     end
+    table.sort(hits, function(a, b)
+      local ca, cb = slot(a)[1], slot(b)[1]
+      if ca ~= cb then return ca > cb end
+      return a > b
+    end)
+    for i = #hits, limit + 1, -1 do hits[i] = nil end
     return reply()
   end
 
