@@ -38,6 +38,7 @@ __all__ = [
     "ExtractRead",
     "IndexCommit",
     "IndexDoc",
+    "IndexMigrate",
     "IndexRead",
     "PrepareResult",
     "ReadResult",
@@ -161,6 +162,20 @@ class IndexCommit:
     #: block below it is sealed).
     next_docid: int = 0
     sealed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IndexMigrate:
+    """What one ``index_migrate`` call did (see ``redismem.recall.upgrade``)."""
+
+    #: 1 copied, 2 format 2 has taken over (by this call or before), 0 the
+    #: cursor had moved (another call copied those docs).
+    status: int
+    cursor: int
+    copied: int
+    #: ``i:meta`` next and sealed after the call, for sealing record blocks.
+    next_docid: int
+    sealed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,6 +657,30 @@ class ScriptRunner:
         no doc of it is live and none was committed since ``next_docid``."""
         return bool(
             await self.run_guarded("index_drop", recall, recall.index_keys(), [next_docid, *keys])
+        )
+
+    async def index_migrate(self, recall: RecallKeys, *, cursor: str, batch: int) -> IndexMigrate:
+        """Copy the next ``batch`` format-1 docids after ``cursor`` (the copy
+        cursor read; "" = none) into format 2 (``index_migrate.lua``)."""
+        status, at, copied, next_docid, sealed = await self.run_guarded(
+            "index_migrate",
+            recall,
+            [*recall.index_keys(), recall.graves, *recall.script_keys()],
+            [recall.prefix, recall.i_prefix, cursor, batch],
+        )
+        return IndexMigrate(int(status), int(at), int(copied), int(next_docid), int(sealed))
+
+    async def index_retire(self, recall: RecallKeys, *, start: int, batch: int) -> int:
+        """Delete format-1 docids ``start`` .. ``start + batch - 1`` and what
+        they name, once format 2 serves the user (``index_retire.lua``): the
+        next docid to start from, 0 when format 1 is gone."""
+        return int(
+            await self.run_guarded(
+                "index_retire",
+                recall,
+                [recall.i_meta, recall.graves, *recall.script_keys()],
+                [recall.prefix, start, batch],
+            )
         )
 
     async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:

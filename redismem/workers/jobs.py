@@ -60,6 +60,7 @@ from redismem.errors import (
 )
 from redismem.longterm.extraction.job import ExtractOutcome, extract_pass
 from redismem.recall.index import IndexOutcome, forget_graves, index_pass
+from redismem.recall.upgrade import upgrade
 from redismem.summarization.job import SummarizeOutcome, settle_pending, summarize_pass
 from redismem.workers.context import backend_for, config_of, queue_of, stats_for
 
@@ -358,6 +359,7 @@ async def _index_until_idle(
 ) -> IndexOutcome:
     """Index the session's unindexed messages: the last pass's outcome
     ("idle" or "gone"), or "timeout" when the job ran out of time first."""
+    upgraded = False
     while True:
         outcome = await metrics.timed_job(
             "index",
@@ -374,6 +376,14 @@ async def _index_until_idle(
         if outcome.status == "indexed":
             progress.indexed += outcome.indexed
             await stats.incr(messages_indexed=outcome.indexed)
+        if outcome.format1 and not upgraded:
+            # The user's index is still in format 1: move it, in the time
+            # this job has left (a later commit's job resumes the copy).
+            upgraded = True
+            moved = await upgrade(
+                backend, user_id=user_id, time_budget=max(0.0, deadline - time.monotonic())
+            )
+            logger.info("recall index of a user moved to format 2: %s", moved.status)
         if time.monotonic() > deadline:
             return IndexOutcome("timeout")
 
