@@ -85,6 +85,8 @@ quantized to 1..63, ``ranking.quantize_weight``; 0 in filter lists)::
                                      speaker ordinal given), dead (docs of
                                      cleared sessions not compacted), sealed
                                      (every record block below it is sealed),
+                                     ttl (1 once a doc with a deadline was
+                                     written: before, no key has a TTL),
                                      mig (migration cursor from format 1)
     E i:t:<term>               STRING posting list of a term
     E i:f:s:<ord>              STRING the docs (q = 0) of session ordinal ord
@@ -623,6 +625,12 @@ class KeyLayout:
         """SCAN pattern matching the recall docs of every user and epoch (and
         a few other keys: check matches with ``parse_key``, kind ``r:docs``)."""
         return f"{self.namespace}:{{u:*:r:docs"
+
+    def index_meta_pattern(self) -> str:
+        """SCAN pattern matching the format-2 recall index meta of every user
+        and epoch (and a few other keys: check matches with ``parse_key``,
+        kind ``i:meta``)."""
+        return f"{self.namespace}:{{u:*:i:meta"
 
     def session_key(self, user_id: str, session_id: str, kind: str, epoch: int = 0) -> str:
         return f"{self.user_prefix(user_id, epoch)}s:{escape_id(session_id)}:{kind}"

@@ -102,27 +102,38 @@ async def census(backend: Backend, *, owner: str) -> dict[str, int]:
             await pipe.execute()
 
         await backend.call(save)
-    found = await backend.call(lambda redis: redis.hmget(state_key, ["pending", "docs"]))
-    names = ("pending", "docs")
-    return {name: int(value) for name, value in zip(names, found, strict=True) if value}
+    names = ("pending", "docs", "docs2")
+    found = await backend.call(lambda redis: redis.hmget(state_key, list(names)))
+    totals = {name: int(value) for name, value in zip(names, found, strict=True) if value}
+    # The docs of both recall index formats (users not upgraded yet, and the others).
+    if "docs2" in totals:
+        totals["docs"] = totals.get("docs", 0) + totals.pop("docs2")
+    return totals
 
 
-def _families(layout: KeyLayout) -> list[tuple[str, str, str, Callable[[bytes], bool]]]:
-    """(family, SCAN pattern, size command, which matches count) of each census."""
+def _families(
+    layout: KeyLayout,
+) -> list[tuple[str, str, tuple[str, ...], Callable[[bytes], bool]]]:
+    """(family, SCAN pattern, size command (the key goes second), which
+    matches count) of each census."""
 
-    def is_docs(key: bytes) -> bool:
-        try:
-            parsed = layout.parse_key(_text(key))
-        except (InvalidInput, UnicodeDecodeError):
-            return False
-        return parsed.session_id is None and parsed.kind == "r:docs"
+    def kind_is(kind: str) -> Callable[[bytes], bool]:
+        def accept(key: bytes) -> bool:
+            try:
+                parsed = layout.parse_key(_text(key))
+            except (InvalidInput, UnicodeDecodeError):
+                return False
+            return parsed.session_id is None and parsed.kind == kind
+
+        return accept
 
     def is_pending(key: bytes) -> bool:
         return layout.parse_pending(key) is not None
 
     return [
-        ("pending", layout.pending_pattern(), "ZCARD", is_pending),
-        ("docs", layout.recall_docs_pattern(), "HLEN", is_docs),
+        ("pending", layout.pending_pattern(), ("ZCARD",), is_pending),
+        ("docs", layout.recall_docs_pattern(), ("HLEN",), kind_is("r:docs")),
+        ("docs2", layout.index_meta_pattern(), ("HGET", "n"), kind_is("i:meta")),
     ]
 
 
@@ -131,7 +142,7 @@ async def _advance(
     state: dict[str, str],
     family: str,
     pattern: str,
-    command: str,
+    command: tuple[str, ...],
     accept: Callable[[bytes], bool],
 ) -> dict[str, str | int]:
     """At most ``CENSUS_STEPS`` SCAN steps of one family's pass: the census
@@ -151,11 +162,11 @@ async def _advance(
     return {f"{family}_cursor": cursor, f"{family}_partial": partial}
 
 
-async def _sizes(redis: Any, *, keys: list[bytes], command: str) -> list[int]:
+async def _sizes(redis: Any, *, keys: list[bytes], command: tuple[str, ...]) -> list[int]:
     pipe = redis.pipeline(transaction=False)
     for key in keys:
-        pipe.execute_command(command, key)
-    return [int(size) for size in await pipe.execute()]
+        pipe.execute_command(command[0], key, *command[1:])
+    return [int(size or 0) for size in await pipe.execute()]
 
 
 def _text(value: bytes | str) -> str:
