@@ -29,9 +29,15 @@ d. Write throughput of 16 tasks with ``index=True`` against ``index=False``,
    in the same run, rounds alternating, workers running; after each phase the
    background work is flushed (untimed), so no phase shares the CPU with the
    indexing of the one before.
-e. Redis memory (``MEMORY USAGE``) per indexed message (the user's ``:r:``
-   keys, via SCAN) and per stored item of the long-term store (1,000 small
-   ``mem.store.put``; its ``:kv:`` keys).
+e. Redis memory (``MEMORY USAGE``) per indexed message (the user's recall
+   index keys, via SCAN: format 1's ``:r:``, format 2's ``:i:`` with its parts),
+   the session copy (``:s:`` keys outside the index, whose session filters
+   ``r:f:s:``/``i:f:s:`` match ``:s:`` too) and per stored item of the
+   long-term store (1,000 small ``mem.store.put``; its ``:kv:`` keys).
+
+``--sizes 10000,100000,1000000`` sets the latency users' sizes (1,000,000
+messages: ~0.5 GB of Redis and tens of minutes of writing and indexing);
+``--only latency`` skips the LoCoMo, lag, throughput and store parts.
 
 By default a throwaway ``redis-server`` is started on a free loopback port;
 ``--url`` (or ``$REDISMEM_BENCH_URL``) uses an existing server, writing only
@@ -58,15 +64,18 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+import msgpack
 from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, Turn, load
 from _util import WORDS, Table, conversation, median, package_version, percentile, throughput
 
-from redismem import Memory
+from redismem import Memory, Message
+from redismem.core.codec import ROLE_CODE, encode_message, ms_to_datetime
+from redismem.recall import postings, ranking
 from redismem.recall.terms import STOP_WORDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,6 +341,93 @@ class Corpus:
         return out
 
 
+async def direct_fill(mem: Memory, uid: str, texts: list[str], log: Log) -> None:
+    """The user's format-2 index written straight into Redis, as the workers
+    would write it for ``fill_user``'s sessions (``ranking.doc_weights`` with
+    the session's previous messages, ``postings``' layouts), without the
+    session copies: search latency at sizes the indexing pass takes too long
+    to fill on a shared machine (``--fill direct``)."""
+    prefix = mem.layout.user_prefix(uid)
+    lists: dict[str, bytearray] = {}
+    last: dict[str, int] = {}
+    tables: dict[int, bytearray] = {}
+    blocks: dict[str, bytes] = {}
+    block: list[bytes | None] = [None]  # docid 0 is never given
+    sess: dict[str, bytes] = {}
+    start_ms = int(time.time() * 1000) - len(texts) * 1000
+    docid = 0
+
+    def post(key: str, doc: int, level: int) -> None:
+        lists.setdefault(key, bytearray()).extend(
+            postings.encode_varint(((doc - last.get(key, 0)) << 6) | level)
+        )
+        last[key] = doc
+
+    sessions = [texts[i : i + 500] for i in range(0, len(texts), 500)]
+    for n, session in enumerate(sessions):
+        ordinal = n + 1
+        previous: list[str] = []
+        prev_doc = None
+        for j, text in enumerate(session):
+            docid += 1
+            role = "user" if j % 2 == 0 else "assistant"
+            created = start_ms + docid * 1000
+            weights = ranking.doc_weights(
+                text, None, previous[-ranking.CONTEXT_TURNS :], created=ms_to_datetime(created)
+            )
+            previous.append(text)
+            for term, weight in weights.items():
+                post("i:t:" + term, docid, ranking.quantize_weight(weight))
+            post(f"i:f:s:{ordinal}", docid, 0)
+            chunk, off = postings.slot_at(docid)
+            table = tables.setdefault(chunk, bytearray())
+            table.extend(bytes(off + postings.SLOT - len(table)))
+            slot = postings.Slot(created, 0, prev_doc, None, ordinal, ROLE_CODE[role], 0)
+            table[off : off + postings.SLOT] = postings.encode_slot(docid, slot)
+            if prev_doc is not None:
+                p_chunk, p_off = postings.slot_at(prev_doc)
+                tables[p_chunk][p_off + 13 : p_off + 16] = (docid - prev_doc).to_bytes(3, "big")
+            prev_doc = docid
+            element = encode_message(Message(role=role, content=text), 0)
+            payload = msgpack.packb([1, f"s{n}", j + 1, None, {}, element], use_bin_type=True)
+            block.append(f"{ROLE_CODE[role]}||".encode() + payload)
+            if len(block) == postings.BLOCK:
+                blocks[str(docid // postings.BLOCK)] = postings.encode_block(block)
+                block = []
+        sess[f"s{n}"] = str(ordinal).encode()
+        sess[f"#{ordinal}"] = f"s{n},{len(session)}".encode()
+        if n % 20 == 19:
+            log(f"latency: direct fill, {docid:,} docs encoded")
+    open_records = {
+        str(docid - len(block) + 1 + i): r for i, r in enumerate(block) if r is not None
+    }
+    pipe = mem.redis.pipeline(transaction=False)
+    queued = 0
+
+    async def queue(*command: Any) -> None:
+        nonlocal pipe, queued
+        pipe.execute_command(*command)
+        queued += 1
+        if queued % 2000 == 0:
+            await pipe.execute()
+            pipe = mem.redis.pipeline(transaction=False)
+
+    for key, body in lists.items():
+        await queue("SET", prefix + key, last[key].to_bytes(postings.HEADER, "big") + bytes(body))
+    for chunk, table in tables.items():
+        await queue("SET", prefix + f"i:dt:{chunk}", bytes(table))
+    items = list(blocks.items())
+    for lo in range(0, len(items), 500):
+        await queue("HSET", prefix + "i:docs", *itertools.chain(*items[lo : lo + 500]))
+    for field_, value in open_records.items():
+        await queue("HSET", prefix + "i:rec", field_, value)
+    await queue("HSET", prefix + "i:sess", *itertools.chain(*sess.items()))
+    meta = {"v": 2, "n": docid, "next": docid, "sords": len(sessions), "spords": 0, "dead": 0}
+    meta["sealed"] = (docid + 1) // postings.BLOCK
+    await queue("HSET", prefix + "i:meta", *itertools.chain(*meta.items()))
+    await pipe.execute()
+
+
 async def fill_user(mem: Memory, uid: str, texts: list[str], per_write: int = 100) -> None:
     """``texts`` as alternating user/assistant messages, ``per_write`` per
     write, 500 per session, 16 sessions written at a time."""
@@ -364,7 +460,7 @@ class LatencyResult:
 
 
 async def latency(
-    mem: Memory, background: Background, size: int, queries: int, log: Log
+    mem: Memory, background: Background, size: int, queries: int, log: Log, direct: bool = False
 ) -> LatencyResult:
     corpus = Corpus(seed=size)
     texts = [corpus.text() for _ in range(size)]
@@ -372,9 +468,13 @@ async def latency(
     uid = f"lat-{size}"
     log(f"latency: writing {size:,} messages for one user")
     started = time.perf_counter()
-    await fill_user(mem, uid, texts)
-    filled = time.perf_counter() - started
-    index_seconds = await flushed(mem, background, 900, user_id=uid)
+    if direct:
+        await direct_fill(mem, uid, texts, log)
+        filled, index_seconds = time.perf_counter() - started, 0.0
+    else:
+        await fill_user(mem, uid, texts)
+        filled = time.perf_counter() - started
+        index_seconds = await flushed(mem, background, max(900, size / 200), user_id=uid)
     log(f"latency: indexed {size:,} ({filled:.1f} s writing, {index_seconds:.1f} s more to index)")
     qs = corpus.queries(queries, used)
     for q in qs[:50]:  # warm up: scripts loaded, pools filled
@@ -512,14 +612,40 @@ async def write_throughput(
 # -- (e) memory ------------------------------------------------------------------------
 
 
-async def memory_usage(mem: Memory, pattern: str, marker: bytes) -> tuple[int, int]:
-    """(bytes, keys) of the keys matching ``pattern`` whose name holds ``marker``."""
+async def memory_usage(
+    mem: Memory, pattern: str, marker: bytes, *, unless: Sequence[bytes] = ()
+) -> tuple[int, int]:
+    """(bytes, keys) of the keys matching ``pattern`` whose name holds
+    ``marker`` and none of ``unless``."""
     total = keys = 0
     async for key in mem.redis.scan_iter(match=pattern, count=1000):
-        if marker in key:
+        if marker in key and not any(u in key for u in unless):
             total += await mem.redis.memory_usage(key, samples=0) or 0
             keys += 1
     return total, keys
+
+
+#: Format 2's key kinds (``E i:<kind>...``), for the byte breakdown.
+INDEX2_PARTS = (
+    ("postings", b":i:t:"),
+    ("filter lists", b":i:f:"),
+    ("doc table", b":i:dt:"),
+    ("record blocks", b":i:docs"),
+    ("open records", b":i:rec"),
+)
+
+
+async def index2_parts(mem: Memory, pattern: str) -> dict[str, tuple[int, int]]:
+    """(bytes, keys) per part of a format-2 index (the rest: "other")."""
+    parts: dict[str, tuple[int, int]] = {}
+    async for key in mem.redis.scan_iter(match=pattern, count=1000):
+        if b":i:" not in key:
+            continue
+        name = next((n for n, m in INDEX2_PARTS if m in key), "other")
+        size = await mem.redis.memory_usage(key, samples=0) or 0
+        b, k = parts.get(name, (0, 0))
+        parts[name] = (b + size, k + 1)
+    return parts
 
 
 async def store_memory(mem: Memory, items: int) -> tuple[float, int]:
@@ -544,7 +670,10 @@ class Results:
     latency: list[LatencyResult] = field(default_factory=list)
     lag: LagResult | None = None
     tp: dict[str, float] = field(default_factory=dict)
-    index_bytes: dict[int, tuple[float, float, int]] = field(default_factory=dict)
+    #: size -> (format-1 index B/msg, format-2 index B/msg, session copy B/msg, index keys)
+    index_bytes: dict[int, tuple[float, float, float, int]] = field(default_factory=dict)
+    #: size -> format 2's parts: name -> (B/msg, keys)
+    index2_bytes: dict[int, dict[str, tuple[float, int]]] = field(default_factory=dict)
     store_bytes: tuple[float, int] | None = None
     memory_note: str = ""
     embedder: str | None = None
@@ -559,6 +688,8 @@ async def bench(
     *,
     cleanup: bool = False,
     embedder: str | None = None,
+    only: str | None = None,
+    direct: bool = False,
 ) -> Results:
     res = Results(embedder=embedder)
     mem = await Memory.connect(
@@ -580,17 +711,32 @@ async def bench(
         await background.start(mem)
         log(f"{background.count} workers running")
 
-        res.locomo = await locomo(mem, background, data, log)
+        if only != "latency":
+            res.locomo = await locomo(mem, background, data, log)
         for size in plan.sizes:
-            res.latency.append(await latency(mem, background, size, plan.queries, log))
+            res.latency.append(await latency(mem, background, size, plan.queries, log, direct))
+            pattern = mem.layout.user_pattern(f"lat-{size}")
             try:
-                r_bytes, r_keys = await memory_usage(
-                    mem, mem.layout.user_pattern(f"lat-{size}"), b":r:"
+                r_bytes, r_keys = await memory_usage(mem, pattern, b":r:")
+                i_bytes, i_keys = await memory_usage(mem, pattern, b":i:")
+                s_bytes, _ = await memory_usage(mem, pattern, b":s:", unless=(b":r:", b":i:"))
+                res.index_bytes[size] = (
+                    r_bytes / size,
+                    i_bytes / size,
+                    s_bytes / size,
+                    r_keys + i_keys,
                 )
-                s_bytes, _ = await memory_usage(mem, mem.layout.user_pattern(f"lat-{size}"), b":s:")
-                res.index_bytes[size] = (r_bytes / size, s_bytes / size, r_keys)
+                res.index2_bytes[size] = {
+                    name: (b / size, k)
+                    for name, (b, k) in (await index2_parts(mem, pattern)).items()
+                }
             except Exception as exc:  # the embedded backend has no MEMORY USAGE
                 res.memory_note = f"memory not measured: {type(exc).__name__}: {exc}"
+            if size >= 1_000_000 and cleanup:
+                log(f"latency: clearing the {size:,}-message user")
+                await mem.clear_user(f"lat-{size}")
+        if only is not None:
+            return res
         res.lag = await index_lag(lag_mem, plan, lag_delay, log)
         res.tp = await write_throughput(on, off, background, plan, log)
         if not res.memory_note:
@@ -652,8 +798,10 @@ def report_locomo(t: Table, res: Results) -> None:
 
 
 def report_latency(t: Table, res: Results, plan: Plan) -> None:
+    if not res.latency:
+        return
     t.header(f"search, one user, {plan.queries} queries of 1-4 words", "p50 (ms)", "p99 (ms)", "")
-    goals = {10_000: 2.0, 100_000: 10.0}
+    goals = {10_000: 2.0, 100_000: 10.0, 1_000_000: 50.0}
     for lat in res.latency:
         goal = goals.get(lat.size)
         t.row(
@@ -674,7 +822,7 @@ def report_latency(t: Table, res: Results, plan: Plan) -> None:
             f"{lat.index_seconds:.1f}",
             f"{lat.hits_per_query:.1f} hits/q",
         )
-    if 100_000 not in {lat.size for lat in res.latency}:
+    if res.latency and 100_000 not in {lat.size for lat in res.latency}:
         t.note("(100,000 messages: full run only; goal p50 <= 10 ms)")
 
 
@@ -720,14 +868,22 @@ def report_memory(t: Table, res: Results) -> None:
         t.note("")
         t.note(res.memory_note)
         return
-    t.header("Redis memory", "bytes", "", "index/session")
-    for size, (index, session, keys) in res.index_bytes.items():
-        t.row(f"recall index per message, {size:,} msgs ({keys:,} :r: keys)", f"{index:,.0f}")
+    if not res.index_bytes and res.store_bytes is None:
+        return
+    t.header("Redis memory (MEMORY USAGE)", "bytes", "", "index/session")
+    for size, (index1, index2, session, keys) in res.index_bytes.items():
+        index = index1 + index2
+        label = f"recall index per message, {size:,} msgs ({keys:,} keys)"
+        t.row(label, f"{index:,.0f}", "", t.goal("<= 250 B", index <= 250) if index2 else "")
+        if index1 and index2:
+            t.row("  of which format 1 (:r:) / format 2 (:i:)", f"{index1:,.0f}", f"{index2:,.0f}")
+        for name, (per, count) in sorted(res.index2_bytes.get(size, {}).items()):
+            t.row(f"  format 2: {name} ({count:,} keys)", f"{per:,.1f}")
         t.row(
-            "  the session copy per message (for comparison)",
+            "  the session copy per message (:s: keys outside the index)",
             f"{session:,.0f}",
             "",
-            f"{index / session:.2f}x",
+            f"{index / session:.2f}x" if session else "(not written)",
         )
     if res.store_bytes is not None:
         per_item, keys = res.store_bytes
@@ -779,8 +935,29 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="summarize_delay of the clients in the lag run (default: the library's 1.0 s)",
     )
+    parser.add_argument(
+        "--sizes",
+        help="messages of the latency users, comma-separated (e.g. 10000,100000,1000000)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("latency", "locomo"),
+        help="only the latency users (search p50/p99 and memory per size), or only LoCoMo",
+    )
+    parser.add_argument(
+        "--fill",
+        choices=("workers", "direct"),
+        default="workers",
+        help="how the latency users are indexed: written and indexed by the workers, or "
+        "their format-2 index written straight into Redis (no session copies)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.sizes:
+        sizes = tuple(int(x.replace("_", "")) for x in args.sizes.split(","))
+        plan = replace(plan, sizes=sizes)
+    if args.only == "locomo":
+        plan = replace(plan, sizes=())
     started = time.perf_counter()
 
     def log(msg: str) -> None:
@@ -788,7 +965,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.embedded:
         url, where = f"memory://bench-recall-{uuid.uuid4().hex[:8]}", "embedded backend"
-        res = asyncio.run(bench(url, plan, args.data, args.lag_delay, log, embedder=args.embedder))
+        res = asyncio.run(
+            bench(
+                url,
+                plan,
+                args.data,
+                args.lag_delay,
+                log,
+                embedder=args.embedder,
+                only=args.only,
+                direct=args.fill == "direct",
+            )
+        )
     elif args.url:
         res = asyncio.run(
             bench(
@@ -799,6 +987,8 @@ def main(argv: list[str] | None = None) -> int:
                 log,
                 cleanup=True,
                 embedder=args.embedder,
+                only=args.only,
+                direct=args.fill == "direct",
             )
         )
         where = "given by --url"
@@ -808,7 +998,16 @@ def main(argv: list[str] | None = None) -> int:
         with throwaway_redis() as url:
             log(f"started throwaway redis-server at {url}")
             res = asyncio.run(
-                bench(url, plan, args.data, args.lag_delay, log, embedder=args.embedder)
+                bench(
+                    url,
+                    plan,
+                    args.data,
+                    args.lag_delay,
+                    log,
+                    embedder=args.embedder,
+                    only=args.only,
+                    direct=args.fill == "direct",
+                )
             )
         where = "throwaway redis-server on loopback"
     if args.embedder:

@@ -291,3 +291,81 @@ async def test_hits_decode_records_from_blocks_and_open_records(make_memory):
         assert all(f.session_id == "s" for f in found)
     finally:
         await unload(memory, user, built)
+
+
+async def read_index(memory: Memory, user_id: str) -> dict[str, Any]:
+    """Every format-2 key of the user, as ``postings.build`` returns them."""
+    prefix = memory.layout.user_prefix(user_id)
+    redis = memory.redis
+    out: dict[str, Any] = {}
+    async for key in redis.scan_iter(match=prefix + "i:*", count=1000):
+        suffix = key.decode()[len(prefix) :]
+        if (await redis.type(key)) == b"hash":
+            out[suffix] = {f.decode(): v for f, v in (await redis.hgetall(key)).items()}
+        else:
+            out[suffix] = await redis.get(key)
+    return out
+
+
+async def test_committed_index_searches_as_rank(make_memory):
+    """End to end on the workers' write path (index_pass, format 2 for a new
+    user): the search equals ``ranking.rank`` over what the commit stored,
+    with speakers, agents, tags, a cleared session and sealed blocks."""
+    memory = await make_memory(index=True)
+    user = "u" + format(random.getrandbits(48), "x")
+    rng = random.Random(3)
+    sessions = ["s1", "s2", "s 3"]
+    for _ in range(6):
+        for sid in sessions:
+            batch = [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": " ".join(rng.sample(WORDS, rng.randint(2, 5))),
+                    "name": rng.choice(["bob", "smith", None]),
+                }
+                for i in range(rng.randint(5, 15))
+            ]
+            await memory.write(
+                batch,
+                session_id=sid,
+                user_id=user,
+                agent_name=rng.choice(["a", "b/x"]),
+                tags={"k": rng.choice(["v", "w"])},
+            )
+    for sid in sessions:
+        await index.catch_up(memory.backend, user_id=user, session_id=sid)
+    await memory.clear(session_id="s2", user_id=user)
+    try:
+        built = await read_index(memory, user)
+        assert built["i:meta"]["v"] == b"2" and "i:docs" in built
+        records = {int(d): r for d, r in built.get("i:rec", {}).items()}
+        for b, block in built["i:docs"].items():
+            for i, r in enumerate(postings.decode_block(block)):
+                if r is not None:
+                    records[int(b) * postings.BLOCK + i] = r
+        ident = {}
+        for d, r in records.items():
+            fields = msgpack.unpackb(r.split(b"|", 2)[2], raw=False)
+            ident[d] = (fields[1], fields[2])
+        recall = memory.layout.recall(user)
+        for q in [
+            Query(["river"], 10),
+            Query(["bob", "stone"], 1000),
+            Query(["music", "garden", "window"], 5, agent="a"),
+            Query(["cloud"], 20, session="s1", roles="0"),
+            Query(["travel", "smith"], 50, tags={"k": "v"}),
+            Query([], 30, session="s 3"),
+            Query([], 1000),
+        ]:
+            want = [(ident[d], score) for d, score in reference(Corpus([], []), built, q)]
+            filters = index._Filters(recall.prefix, q.since, q.until, q.roles, _suffixes(q))
+            qterms = ranking.query_terms(" ".join(q.words)) if q.words else {}
+            found = await index._run_search(
+                memory.backend, recall, filters, qterms, q.limit, q.min_score
+            )
+            got = [((f.session_id, f.seq), math.nan if f.score is None else f.score) for f in found]
+            same(got, want)  # type: ignore[arg-type]
+        hits = await memory.search("river stone", user_id=user, limit=1000)
+        assert hits and all(h.session_id != "s2" for h in hits)
+    finally:
+        await memory.clear_user(user)

@@ -243,12 +243,19 @@ def decode_block(block: bytes) -> list[bytes | None]:
     """The ``BLOCK`` records of a block, None where no doc."""
     raw = zlib.decompress(block)
     out: list[bytes | None] = []
-    pos = 0
-    while pos < len(raw):
-        n, pos = decode_varint(raw, pos)
+    pos, end = 0, len(raw)
+    while pos < end:
+        n, shift = 0, 0
+        while True:  # varint, inlined: a search inflates a block per hit
+            b = raw[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
         out.append(raw[pos : pos + n] if n else None)
         pos += n
-    if len(out) != BLOCK:
+    if len(out) != BLOCK or pos != end:
         raise ValueError(f"a record block of {len(out)} records")
     return out
 
