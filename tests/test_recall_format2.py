@@ -97,12 +97,13 @@ def reference_docs(docs: list[IndexDoc], deadline_ms: int | None = None) -> list
 
 def without_own_meta(index_keys: dict[str, Any]) -> dict[str, Any]:
     """The dump (or the reference) with the meta fields the reference does not
-    keep (speaker ordinals given, sealed mark) left out, and no ``dead`` when 0."""
+    keep (speaker ordinals given, sealed mark, ttl flag) left out, and no ``dead``
+    when 0."""
     out = dict(index_keys)
     out["i:meta"] = {
         k: v
         for k, v in out["i:meta"].items()
-        if k not in ("spords", "sealed") and (k, v) != ("dead", b"0")
+        if k not in ("spords", "sealed", "ttl") and (k, v) != ("dead", b"0")
     }
     return out
 

@@ -79,11 +79,12 @@ end
 -- Give every key in `deadlines` (key -> deadline ms, math.huge: forever)
 -- the later of its expiry and that deadline: a key keeps a longer TTL, a
 -- key without one (kept forever) stays without; `fresh` keys (created by
--- this script) take the deadline as it is.
-local function i_expire(deadlines, fresh)
+-- this script) take the deadline as it is. `untimed`: no key of the family
+-- has a TTL (i:meta ttl unset), so none needs PERSIST.
+local function i_expire(deadlines, fresh, untimed)
   for key, deadline in pairs(deadlines) do
     if deadline == math.huge then
-      redis.call('PERSIST', key)
+      if not untimed then redis.call('PERSIST', key) end
     elseif fresh[key] then
       redis.call('PEXPIREAT', key, deadline)
     else
@@ -128,6 +129,13 @@ end
 -- already in the lists. Returns the first and last docid written.
 local function index2_add(ik, docs)
   local fresh, deadlines = {}, {}
+  -- i:meta ttl = 1 once a doc with a deadline was written: until then no
+  -- key of the family has a TTL, and a doc kept forever needs no PERSIST.
+  local timed = redis.call('HGET', ik.meta, 'ttl') == '1'
+  local untimed = not timed
+  for i = 1, #docs do
+    if docs[i].deadline then timed = true end
+  end
   local function touch(key, deadline)
     local old = deadlines[key]
     local new = deadline or math.huge
@@ -157,13 +165,16 @@ local function index2_add(ik, docs)
 
   -- Ordinals, links, and the lists each doc goes into.
   local ords, speakers, counts, by_id = {}, {}, {}, {}
-  local lists, order = {}, {}
-  local function post(suffix, id, q)
+  local lists, order, latest = {}, {}, {}
+  local function post(suffix, id, q, deadline)
     local list = lists[suffix]
     if not list then
       list = {}
       lists[suffix] = list
       order[#order + 1] = suffix
+      latest[suffix] = deadline
+    elseif deadline > latest[suffix] then
+      latest[suffix] = deadline
     end
     list[#list + 1] = id
     list[#list + 1] = q
@@ -216,11 +227,15 @@ local function index2_add(ik, docs)
     touch(ik.meta, doc.deadline)
     touch(ik.sess, doc.deadline)
     if doc.speaker > 0 then touch(ik.spk, doc.deadline) end
+    local deadline = doc.deadline or math.huge
+    -- A term's list is named by the term alone here (terms hold no ':',
+    -- filter suffixes do), its key made once per list below.
     for j = 1, #doc.postings do
-      post('t:' .. doc.postings[j][1], doc.id, i_quantize(doc.postings[j][2]))
+      local p = doc.postings[j]
+      post(p[1], doc.id, i_quantize(p[2]), deadline)
     end
-    post('f:s:' .. ord, doc.id, 0)
-    for j = 1, #doc.filters do post(doc.filters[j], doc.id, 0) end
+    post('f:s:' .. ord, doc.id, 0, deadline)
+    for j = 1, #doc.filters do post(doc.filters[j], doc.id, 0, deadline) end
   end
 
   -- The doc table: one SETRANGE per run of consecutive docids in a chunk.
@@ -245,28 +260,46 @@ local function index2_add(ik, docs)
 
   redis.call('HSET', ik.rec, unpack(records))
 
-  -- Posting and filter lists: the header rewritten, the postings appended.
+  -- Posting and filter lists: the header rewritten, the postings appended
+  -- (varint bytes gathered as numbers, made a string once per list).
   for _, suffix in ipairs(order) do
-    local key = ik.prefix .. suffix
+    local key
+    if string.find(suffix, ':', 1, true) then
+      key = ik.prefix .. suffix
+    else
+      key = ik.prefix .. 't:' .. suffix
+    end
     local list = lists[suffix]
     local head = redis.call('GETRANGE', key, 0, 3)
     local last = 0
     if #head == 4 then last = i_unbe(head, 1, 4) end
-    local out = {}
+    local bytes, nb = {}, 0
     for k = 1, #list, 2 do
       local id = list[k]
       if id > last then
-        out[#out + 1] = i_varint((id - last) * 64 + list[k + 1])
+        local v = (id - last) * 64 + list[k + 1]
+        while v >= 128 do
+          nb = nb + 1
+          bytes[nb] = v % 128 + 128
+          v = math.floor(v / 128)
+        end
+        nb = nb + 1
+        bytes[nb] = v
         last = id
       end
-      touch(key, by_id[id].deadline)
     end
+    local parts = {}
+    for from = 1, nb, 4000 do
+      parts[#parts + 1] = string.char(unpack(bytes, from, math.min(nb, from + 3999)))
+    end
+    local body = table.concat(parts)
+    touch(key, latest[suffix])
     if #head < 4 then
       fresh[key] = true
-      redis.call('SET', key, i_be(last, 4) .. table.concat(out))
-    elseif #out > 0 then
+      redis.call('SET', key, i_be(last, 4) .. body)
+    elseif nb > 0 then
       redis.call('SETRANGE', key, 0, i_be(last, 4))
-      redis.call('APPEND', key, table.concat(out))
+      redis.call('APPEND', key, body)
     end
   end
 
@@ -278,6 +311,7 @@ local function index2_add(ik, docs)
       redis.call('HSET', ik.sess, '#' .. ord, sid .. ',' .. (tonumber(before) + count))
     end
   end
-  i_expire(deadlines, fresh)
+  if timed and untimed then redis.call('HSET', ik.meta, 'ttl', 1) end
+  i_expire(deadlines, fresh, untimed)
   return docs[1].id, docs[#docs].id
 end
