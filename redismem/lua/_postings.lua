@@ -1,9 +1,11 @@
 -- Index format 2 decoders (redismem/recall/postings.py is the reference and
 -- documents the layouts): posting lists and doc-table slots. Plain
 -- string.byte arithmetic: the embedded backend's Lua has no bit or struct.
+-- KEYS: none of its own (slot reads E i:dt:<c>, P_DT.prefix .. 'dt:' .. c).
 -- ARGV: none (the including script passes keys and strings).
 
-local P_BYTE, P_FLOOR = string.byte, math.floor
+-- Hot loops call string.byte as S.byte (one field lookup, no global one).
+local S = string
 -- Bytes of a list's header, docids per doc-table string, bytes per slot.
 local P_HEADER, P_CHUNK, P_SLOT = 4, 4096, 22
 -- 2020-01-01T00:00Z in ms: the origin of the slots' deadlines (seconds).
@@ -16,7 +18,7 @@ local function postings_count(s)
   if len <= P_HEADER then return 0 end
   local _, n = string.gsub(s, '[%z\1-\127]', '')
   for i = 1, P_HEADER do
-    if P_BYTE(s, i) < 128 then n = n - 1 end
+    if S.byte(s, i) < 128 then n = n - 1 end
   end
   return n
 end
@@ -24,20 +26,19 @@ end
 -- For each posting (doc, q) of the list s: base[doc] = base[doc] + add[q]
 -- (base[doc] absent: add[q]).
 local function postings_add(s, add, base)
-  local byte = P_BYTE
-  local pos, len, doc = P_HEADER + 1, #s, 0
+    local pos, len, doc = P_HEADER + 1, #s, 0
   while pos <= len do
-    local v = byte(s, pos)
+    local v = S.byte(s, pos)
     pos = pos + 1
     if v >= 128 then
       local m = 128
       v = v - 128
-      local b = byte(s, pos)
+      local b = S.byte(s, pos)
       pos = pos + 1
       while b >= 128 do
         v = v + (b - 128) * m
         m = m * 128
-        b = byte(s, pos)
+        b = S.byte(s, pos)
         pos = pos + 1
       end
       v = v + b * m
@@ -52,21 +53,20 @@ end
 -- The docids of the list s, ascending, as an array; with `only` (a set),
 -- just those in it.
 local function postings_docs(s, only)
-  local byte = P_BYTE
-  local out, n = {}, 0
+    local out, n = {}, 0
   local pos, len, doc = P_HEADER + 1, #s, 0
   while pos <= len do
-    local v = byte(s, pos)
+    local v = S.byte(s, pos)
     pos = pos + 1
     if v >= 128 then
       local m = 128
       v = v - 128
-      local b = byte(s, pos)
+      local b = S.byte(s, pos)
       pos = pos + 1
       while b >= 128 do
         v = v + (b - 128) * m
         m = m * 128
-        b = byte(s, pos)
+        b = S.byte(s, pos)
         pos = pos + 1
       end
       v = v + b * m
@@ -86,7 +86,7 @@ end
 -- false when there is no doc.
 local function slot_decode(d, t, off)
   local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18,
-    b19, b20, b21, b22 = P_BYTE(t, off + 1, off + P_SLOT)
+    b19, b20, b21, b22 = S.byte(t, off + 1, off + P_SLOT)
   if b22 == nil then return false end
   local sess = (b17 * 256 + b18) * 256 + b19
   if sess == 0 then return false end
@@ -101,38 +101,40 @@ local function slot_decode(d, t, off)
   }
 end
 
--- A reader of the doc table under `prefix` (E i:), caching decoded slots;
--- a string read a few times is fetched whole (GET) instead of by GETRANGE.
-local function slot_reader(prefix)
-  local cache, tables, reads = {}, {}, {}
-  return function(d)
-    local slot = cache[d]
-    if slot ~= nil then return slot end
-    local c = P_FLOOR(d / P_CHUNK)
-    local off = (d - c * P_CHUNK) * P_SLOT
-    local t = tables[c]
-    if t == nil then
-      local n = (reads[c] or 0) + 1
-      reads[c] = n
-      if n > 8 then
-        t = redis.call('GET', prefix .. 'dt:' .. c) or ''
-        tables[c] = t
-      end
+-- The doc table read by `slot`: under P_DT.prefix (E i:, set by the
+-- script before the first read), decoded slots cached; a string read a few
+-- times is fetched whole (GET) instead of by GETRANGE.
+local P_DT = {prefix = '', cache = {}, tables = {}, reads = {}}
+
+-- The slot of doc d (see slot_decode), or false.
+local function slot(d)
+  local found = P_DT.cache[d]
+  if found ~= nil then return found end
+  local c = math.floor(d / P_CHUNK)
+  local off = (d - c * P_CHUNK) * P_SLOT
+  local key = P_DT.prefix .. 'dt:' .. c
+  local t = P_DT.tables[c]
+  if t == nil then
+    local n = (P_DT.reads[c] or 0) + 1
+    P_DT.reads[c] = n
+    if n > 8 then
+      t = redis.call('GET', key) or ''
+      P_DT.tables[c] = t
     end
-    if t then
-      slot = slot_decode(d, t, off)
-    else
-      slot = slot_decode(d, redis.call('GETRANGE', prefix .. 'dt:' .. c, off, off + P_SLOT - 1), 0)
-    end
-    cache[d] = slot
-    return slot
   end
+  if t then
+    found = slot_decode(d, t, off)
+  else
+    found = slot_decode(d, redis.call('GETRANGE', key, off, off + P_SLOT - 1), 0)
+  end
+  P_DT.cache[d] = found
+  return found
 end
 
 -- Whether bit `ord` of the bitmap string s is set (SETBIT order: bit 0 is
 -- the high bit of the first byte).
 local function bit_set(s, ord)
-  local b = P_BYTE(s, P_FLOOR(ord / 8) + 1)
+  local b = S.byte(s, math.floor(ord / 8) + 1)
   if b == nil then return false end
-  return P_FLOOR(b / 2 ^ (7 - ord % 8)) % 2 == 1
+  return math.floor(b / 2 ^ (7 - ord % 8)) % 2 == 1
 end

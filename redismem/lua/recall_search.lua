@@ -55,11 +55,11 @@ local I_META, I_REC, I_DOCS, I_SESS, I_SPK, I_DEAD = KEYS[1], KEYS[2], KEYS[3], 
 -- the filters say of them.
 local function search2()
   local IP = string.sub(I_META, 1, -5)
-  local meta = redis.call('HMGET', I_META, 'n', 'next', 'sealed')
-  local n_docs, last = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
-  local sealed = tonumber(meta[3] or '0')
+  local n_docs = tonumber(redis.call('HGET', I_META, 'n') or '0')
+  local last = tonumber(redis.call('HGET', I_META, 'next') or '0')
+  local sealed = tonumber(redis.call('HGET', I_META, 'sealed') or '0')
   local dead = redis.call('GET', I_DEAD) or ''
-  local slot = slot_reader(IP)
+  P_DT.prefix = IP
   local none = {2, 0}
 
   -- The filter lists' docids, intersected (flist ascending, fset a set).
@@ -112,7 +112,7 @@ local function search2()
       out[#out + 1] = d
       out[#out + 1] = score[d] and string.format('%.17g', score[d]) or false
       out[#out + 1] = slot(d)[1]
-      local b = P_FLOOR(d / 64)
+      local b = math.floor(d / 64)
       local record = false
       if b >= sealed then record = redis.call('HGET', I_REC, d) end
       if record then
@@ -265,7 +265,7 @@ local function search2()
   local scale = (NB - 1) / maxb
   local hist = {}
   for _, s in pairs(base) do
-    local h = P_FLOOR(s * scale)
+    local h = math.floor(s * scale)
     hist[h] = (hist[h] or 0) + 1
   end
   local function tau_for(want, below)
