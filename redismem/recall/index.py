@@ -15,9 +15,19 @@ session before it is indexed.
 
 A doc keeps what a hit returns: the stored message, its session, entry tags,
 agent and write time. Docs live in the user's slot (keys in ``keys.py``) and
-expire ``recall_ttl`` after they were indexed; ``clear``, ``clear_user`` and
-``clear_all`` remove them with the session. Search is one script call
+expire ``recall_ttl`` after they were indexed; ``clear_user`` and
+``clear_all`` remove them with the user. Search is one script call
 (``recall_search.lua``, the port of ``ranking.rank``).
+
+A new user's index is format 2 (``docs/index-format.md``): the commit
+appends to one posting list per term, writes doc-table slots and keeps the
+records in ``i:rec``; after it, the pass seals every complete block of 64
+records into one zlib block (``seal_blocks``, idempotent). A session
+``clear`` tombstones its docs (``i:dead``) until compaction; clearing the
+user's last session drops the whole index (``drop_empty_index``). A user
+indexed before keeps format 1 (``r:`` keys; a clear forgets its docs in
+batches, ``forget_graves``) until the workers upgrade it (``upgrade.py``):
+the commit tells (``IndexOutcome.format1``).
 """
 
 from __future__ import annotations
