@@ -151,3 +151,10 @@ def test_build_layout() -> None:
     assert built["i:sess"] == {"a": b"1", "#1": b"a,70", "#2": b"b,1"}
     assert built["i:spk"] == {"bob": b"1", "#1": b"bob"}
     assert built["i:dead"] == b"\x20"  # SETBIT i:dead 2 1
+
+
+def test_block_read_up_to_an_index() -> None:
+    records = [b"r%d" % i if i % 3 else None for i in range(64)]
+    block = P.encode_block(records)
+    assert P.decode_block(block, 10) == [r or None for r in records[:11]]
+    assert P.decode_block(block, 63) == P.decode_block(block)

@@ -366,6 +366,11 @@ def _decode_found2(found: Sequence[Any], recall: RecallKeys) -> list[_Found]:
     count = int(found[1])
     end = 2 + 4 * count
     blocks = {int(found[i]): found[i + 1] for i in range(end, len(found), 2)}
+    upto: dict[int, int] = {}  # block -> the last record index its hits need
+    for i in range(2, end, 4):
+        if isinstance(found[i + 3], int):
+            index = int(found[i]) % postings.BLOCK
+            upto[found[i + 3]] = max(upto.get(found[i + 3], 0), index)
     inflated: dict[int, list[bytes | None]] = {}
     out = []
     for i in range(2, end, 4):
@@ -377,7 +382,7 @@ def _decode_found2(found: Sequence[Any], recall: RecallKeys) -> list[_Found]:
                 try:
                     if raw is None:
                         raise ValueError(f"record block {record} missing")
-                    rows = postings.decode_block(bytes(raw))
+                    rows = postings.decode_block(bytes(raw), upto[record])
                 except (ValueError, zlib.error) as exc:
                     raise CorruptData(recall.i_docs, f"recall doc {docid}: {exc}") from exc
                 inflated[record] = rows

@@ -239,12 +239,13 @@ def encode_block(records: Sequence[bytes | None]) -> bytes:
     return zlib.compress(bytes(raw), 6)
 
 
-def decode_block(block: bytes) -> list[bytes | None]:
-    """The ``BLOCK`` records of a block, None where no doc."""
+def decode_block(block: bytes, upto: int = BLOCK - 1) -> list[bytes | None]:
+    """The records of a block, None where no doc: all ``BLOCK`` of them, or
+    those up to index ``upto`` (a search reads only what its hits need)."""
     raw = zlib.decompress(block)
     out: list[bytes | None] = []
     pos, end = 0, len(raw)
-    while pos < end:
+    while pos < end and len(out) <= upto:
         n, shift = 0, 0
         while True:  # varint, inlined: a search inflates a block per hit
             b = raw[pos]
@@ -255,7 +256,7 @@ def decode_block(block: bytes) -> list[bytes | None]:
             shift += 7
         out.append(raw[pos : pos + n] if n else None)
         pos += n
-    if len(out) != BLOCK or pos != end:
+    if len(out) != min(BLOCK, upto + 1) or (upto >= BLOCK - 1 and pos != end):
         raise ValueError(f"a record block of {len(out)} records")
     return out
 
