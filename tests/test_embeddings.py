@@ -129,7 +129,8 @@ async def test_workers_store_vectors_with_their_embedder(namespace):
     ):
         await mem.write([{"role": "user", "content": "flight to Oslo booked"}], session_id="s")
         assert await mem.flush(timeout=10)
-        [record] = (await mem.redis.hgetall(mem.layout.recall("default").docs)).values()
+        # A format-2 record (unsealed: one doc): "role|name terms|" + payload.
+        [record] = (await mem.redis.hgetall(mem.layout.recall("default").i_rec)).values()
         payload = msgpack.unpackb(record.split(b"|", 2)[2], raw=False)
         model, vector = payload[6:]
         assert model == "hashing-256" and len(vector) == 256  # int8: a byte per dimension
