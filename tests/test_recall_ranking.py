@@ -79,7 +79,11 @@ async def _reference(raw: Any, mem: Any) -> tuple[dict[str, Any], int, dict[int,
 
 
 @pytest.mark.parametrize("query", QUERIES)
-async def test_search_ranks_as_the_python_reference(make_memory, raw, query):
+async def test_search_ranks_as_the_python_reference(make_memory, raw, query, monkeypatch):
+    # The reference reads format 1's keys (r:*), which users indexed before
+    # format 2 keep until migrated; format 2's counterpart is
+    # tests/test_recall_search2.py.
+    monkeypatch.setattr(recall, "NEW_INDEX_FORMAT", 1)
     mem = await make_memory(summarize_delay=3600)
     for sid, turns in SESSIONS.items():
         for role, name, text in turns:
