@@ -77,6 +77,7 @@ from redismem.models import (
     written_entry,
 )
 from redismem.recall import index as recall
+from redismem.recall import purge
 from redismem.surface import WriteOutcome
 
 if TYPE_CHECKING:
@@ -871,7 +872,7 @@ class Memory:
             recall_keys = self.layout.recall(uid, keys.epoch)
             grave = grave_suffix(sid, new_write_id())
             removed = await self._scripts.clear(keys, recall_keys, session_id=sid, grave=grave)
-            await recall.forget_graves(self._backend, recall_keys)
+            await purge.forget_cleared(self._backend, recall_keys)
             return removed
 
         return await self._backend.in_session(uid, sid, clear)

@@ -714,45 +714,18 @@ async def test_index_false_without_summaries_has_nothing_to_flush(recall, raw):
 
 
 async def assert_no_trace(raw: Any, pattern: str, words: Iterable[bytes]) -> None:
-    """No format-1 recall key matching ``pattern`` names or holds any of
-    ``words``. Format 2 keeps a cleared session's docs, tombstoned, until
-    compaction: every format-2 posting list or record holding one of
-    ``words`` holds only docs of sessions marked dead (``i:dead``)."""
+    """No recall key matching ``pattern`` names or holds any of ``words``
+    (format 2's sealed record blocks are inflated to look inside)."""
     words = list(words)
     for key in await recall_keys(raw, pattern):
-        if b":i:" in key:
-            await assert_tombstoned(raw, key, words)
-            continue
         assert not any(w in key for w in words), key
+        if key.endswith(b":i:docs"):
+            for block, data in (await raw.hgetall(key)).items():
+                for record in postings.decode_block(data):
+                    assert record is None or not any(w in record for w in words), (key, block)
+            continue
         for value in await key_values(raw, key):
             assert not any(w in value for w in words), (key, value[:200])
-
-
-async def assert_tombstoned(raw: Any, key: bytes, words: list[bytes]) -> None:
-    """A format-2 key: the docs it lists (a term) or holds (records) that
-    name one of ``words`` belong to dead sessions."""
-    head, _, rest = key.partition(b":i:")
-    prefix = head + b":i:"
-    docids: list[int] = []
-    if rest.startswith(b"t:") and any(w in rest for w in words):
-        docids = [d for d, _q in postings.decode_postings(await raw.get(key))]
-    elif rest == b"rec":
-        docids = [
-            int(d)
-            for d, record in (await raw.hgetall(key)).items()
-            if any(w in record for w in words)
-        ]
-    elif rest == b"docs":
-        for block, data in (await raw.hgetall(key)).items():
-            for i, record in enumerate(postings.decode_block(data)):
-                if record is not None and any(w in record for w in words):
-                    docids.append(int(block) * postings.BLOCK + i)
-    for docid in docids:
-        chunk, at = postings.slot_at(docid)
-        raw_slot = await raw.getrange(prefix + b"dt:%d" % chunk, at, at + postings.SLOT - 1)
-        slot = postings.decode_slot(docid, raw_slot)
-        assert slot is not None, (key, docid)
-        assert await raw.getbit(prefix + b"dead", slot.session) == 1, (key, docid)
 
 
 async def test_clear_of_a_session_removes_its_indexed_copies(mem, background, raw):
@@ -780,10 +753,13 @@ async def test_clear_of_a_session_removes_its_indexed_copies(mem, background, ra
     assert contents(await mem.search("alpha", session_id="doomed-sess")) == ["reborn alpha"]
 
 
-async def test_clear_of_a_session_touches_only_the_tombstone_in_format_2(mem, background, raw):
-    """Format 2 clears a session in O(1): its dead bit, its ordinal mapping,
-    the live count; nothing else of the index changes (compaction removes
-    the docs later)."""
+async def test_clear_of_a_session_purges_its_docs_and_leaves_the_others_in_format_2(
+    mem, background, raw
+):
+    """Format 2: the clear tombstones the session at once (its dead bit, its
+    ordinal mapping, the live count), then purges its docs: the lists they
+    were in are rewritten without them, the lists only the other sessions
+    use are untouched, and nothing is left to purge."""
     pattern = mem.layout.user_pattern("default")
     for s in ("kept", "gone"):
         await mem.write([user(f"{s} alpha one"), user(f"{s} beta two")], session_id=s)
@@ -792,19 +768,15 @@ async def test_clear_of_a_session_touches_only_the_tombstone_in_format_2(mem, ba
     before = await snapshot(raw, pattern)
     await mem.clear(session_id="gone")
     after = await snapshot(raw, pattern)
-    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    session_keys = {
-        k
-        for k in changed
-        if b":s:gone:" in k or k.endswith((b":sessions", b":tagidx", b":pending"))
-    }
-    assert changed - session_keys == {
-        k.encode() for k in (recall.i_meta, recall.i_sess, recall.i_dead)
-    }
-    assert await raw.hmget(recall.i_meta, "n", "dead") == [b"2", b"2"]
-    assert await mem.search("alpha", limit=10) and all(
-        h.session_id == "kept" for h in await mem.search("alpha", limit=10)
-    )
+    assert after[recall.i_term("kept").encode()] == before[recall.i_term("kept").encode()]
+    assert recall.i_term("gone").encode() not in after
+    assert after[recall.i_term("alpha").encode()] != before[recall.i_term("alpha").encode()]
+    assert not await raw.exists(recall.i_purge)
+    assert await raw.hmget(recall.i_meta, "n", "dead") == [b"2", b"0"]
+    assert await raw.bitcount(recall.i_dead) == 1  # gone's ordinal
+    hits = await mem.search("alpha", limit=10)
+    assert hits and all(h.session_id == "kept" for h in hits)
+    await assert_no_trace(raw, pattern, [b"gone"])
 
 
 async def test_clearing_the_last_session_leaves_no_recall_key(mem, background, raw):

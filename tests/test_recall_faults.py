@@ -24,6 +24,7 @@ from worker_support import WorkerPool, WorkerProcess, eventually, wait_ready, wo
 
 from redismem import Memory
 from redismem.core import codec
+from redismem.core.backend import backend_of
 from redismem.recall import postings
 
 pytestmark = pytest.mark.timeout(300)
@@ -140,7 +141,8 @@ async def live_docs(raw: Any, memory: Memory, user_id: str = "default") -> list[
         chunk, at = postings.slot_at(docid)
         table = await raw.getrange(recall.i_doc_table(chunk), at, at + postings.SLOT - 1)
         slot = postings.decode_slot(docid, table)
-        assert slot is not None, f"docid {docid} has no doc-table slot"
+        if slot is None:
+            continue  # purged: its session was cleared (recall.purge)
         if slot.session // 8 < len(dead) and dead[slot.session // 8] & (0x80 >> slot.session % 8):
             continue
         record = unsealed.get(str(docid).encode())
@@ -341,14 +343,19 @@ async def test_clear_racing_the_indexer_leaves_nothing_of_the_session(
     assert await memory.search("", session_id="sess0") == []
     for t in ("tok0x5", "tok0x77", "tok0x599"):
         assert [h for h in await memory.search(t, limit=50) if h.session_id == "sess0"] == []
-    # No format-1 recall key names or holds anything of sess0 (its tokens are
-    # "tok0x..."); in format 2 no live doc is of sess0 (assert_exactly_once
-    # below): the docs committed before the clear are tombstoned, none after.
+    # No recall key names or holds anything of sess0 (its tokens are
+    # "tok0x..."; sealed record blocks inflated), and no live doc is of sess0
+    # (assert_exactly_once below): the docs committed before the clear were
+    # purged, none was committed after.
     for key in await keys_matching(raw, memory.layout.user_pattern("default")):
-        if b":r:" in key:
-            assert b"tok0x" not in key, key
-            for value in await key_values(raw, key):
-                assert b"tok0x" not in value, (key, value[:200])
+        assert b"tok0x" not in key, key
+        if key.endswith(b":i:docs"):
+            for data in (await raw.hgetall(key)).values():
+                for record in postings.decode_block(data):
+                    assert record is None or b"tok0x" not in record, key
+            continue
+        for value in await key_values(raw, key):
+            assert b"tok0x" not in value, (key, value[:200])
     recall = memory.layout.recall("default")
     assert await raw.hget(recall.i_meta, "v") == b"2"
     assert await raw.hget(recall.i_sess, "sess0") is None
@@ -412,3 +419,40 @@ async def test_index_commits_under_a_client_kill_storm_are_applied_once(
     assert kills[0] > 10
     await settle(memory, workers)
     await assert_exactly_once(memory, expected)
+
+
+async def test_a_purge_the_clearing_client_never_ran_is_finished_by_a_worker(
+    make, raw, redis_url, namespace, queue_name, workers
+):
+    """The client dies right after the clear script (its purge never runs):
+    the session is unreachable at once, and the next job of any session of
+    the user purges it (recall.purge), so no key keeps a word of it."""
+    memory = await make()
+    expected = await write_backlog(memory, 2, 150, batch=50)
+    await start(workers, raw, env_of(redis_url, namespace, queue_name), "a")
+    await settle(memory, workers)
+    backend = backend_of(memory)
+    recall = memory.layout.recall("default")
+    keys = memory.layout.session("default", "sess0")
+    await backend.scripts.clear(keys, recall, session_id="sess0", grave="f:x:sess0:dead")
+    assert await raw.scard(recall.i_purge) == 1
+    assert [h for h in await memory.search("tok0x7", limit=50) if h.session_id == "sess0"] == []
+
+    entry = await memory.write([user("tokextra one more")], session_id="sess1")
+    await settle(memory, workers)
+
+    async def purged() -> bool:
+        return not await raw.exists(recall.i_purge)
+
+    await eventually(purged, within=60, what="the worker's purge")
+    for key in await keys_matching(raw, memory.layout.user_pattern("default")):
+        assert b"tok0x" not in key, key
+        if key.endswith(b":i:docs"):
+            for data in (await raw.hgetall(key)).values():
+                assert all(r is None or b"tok0x" not in r for r in postings.decode_block(data))
+            continue
+        for value in await key_values(raw, key):
+            assert b"tok0x" not in value, (key, value[:200])
+    kept = {t: v for t, v in expected.items() if v[0] == "sess1"}
+    kept["tokextra"] = ("sess1", entry.messages[0].id)
+    await assert_exactly_once(memory, kept)

@@ -16,7 +16,7 @@ from helpers import keys_matching
 
 from redismem import Memory, Message
 from redismem.core.backend import Backend, backend_of
-from redismem.core.keys import RecallKeys, unescape_id
+from redismem.core.keys import RecallKeys, escape_id, unescape_id
 from redismem.core.lua import script_source
 from redismem.core.scripts import IndexCommit, IndexDoc
 from redismem.recall import index, postings, ranking
@@ -108,6 +108,50 @@ def without_own_meta(index_keys: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def purged(index_keys: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """What ``postings.build(..., cleared=[session_id])`` (the tombstone)
+    becomes once the clear's purge ran (``recall.purge``): the session's docs
+    gone from every list (an emptied list deleted), from the records (open
+    and sealed) and the doc table; ``dead`` back to 0."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in index_keys.items()}
+    sid = escape_id(session_id)
+    [ordinal] = [
+        k[1:]
+        for k, v in out["i:sess"].items()
+        if k.startswith("#") and v.startswith(f"{sid},".encode())
+    ]
+    gone = {d for d, _q in postings.decode_postings(out.pop(f"i:f:s:{ordinal}"))}
+    del out["i:sess"][f"#{ordinal}"]
+    for key in [k for k in out if k.startswith(("i:t:", "i:f:"))]:
+        kept = [(d, q) for d, q in postings.decode_postings(out[key]) if d not in gone]
+        if kept:
+            out[key] = postings.append_postings(None, kept)
+        else:
+            del out[key]
+    out["i:rec"] = {d: r for d, r in out.get("i:rec", {}).items() if int(d) not in gone}
+    if not out["i:rec"]:
+        del out["i:rec"]
+    blocks = {}
+    for b, data in out.get("i:docs", {}).items():
+        first = int(b) * postings.BLOCK
+        rows = postings.decode_block(data)
+        rows = [None if first + i in gone else row for i, row in enumerate(rows)]
+        if any(row is not None for row in rows):
+            blocks[b] = postings.encode_block(rows)
+    if "i:docs" in out:
+        out["i:docs"] = blocks
+    for key in [k for k in out if k.startswith("i:dt:")]:
+        table = bytearray(out[key])
+        chunk = int(key.rsplit(":", 1)[1])
+        for d in gone:
+            at = (d - chunk * postings.DT_CHUNK) * postings.SLOT
+            if 0 <= at < len(table):
+                table[at : at + postings.SLOT] = bytes(postings.SLOT)
+        out[key] = bytes(table)
+    out["i:meta"] = {**out["i:meta"], "dead": b"0"}
+    return out
+
+
 async def index_round_robin(backend: Backend, user_id: str, sessions: list[str], cap: int) -> None:
     """Index the sessions ``cap`` messages at a time, taking turns."""
     busy = list(sessions)
@@ -193,7 +237,7 @@ async def test_a_session_clear_tombstones_its_docs_and_a_new_one_gets_a_new_ordi
     await index_round_robin(backend, "u", sessions, cap=5)
     recall = backend.layout.recall("u")
     await memory.clear(session_id="s2", user_id="u")
-    want = postings.build(reference_docs(recorder.docs), cleared=["s2"])
+    want = purged(postings.build(reference_docs(recorder.docs), cleared=["s2"]), "s2")
     assert without_own_meta(await dump(backend, recall)) == without_own_meta(want)
     await memory.clear(session_id="s2", user_id="u")  # nothing more
     assert without_own_meta(await dump(backend, recall)) == without_own_meta(want)
@@ -202,7 +246,7 @@ async def test_a_session_clear_tombstones_its_docs_and_a_new_one_gets_a_new_ordi
     await index_round_robin(backend, "u", ["s2"], cap=5)
     got = await dump(backend, recall)
     assert got["i:sess"]["s2"] == b"4" and got["i:sess"]["#4"] == b"s2,1"
-    assert got["i:meta"]["n"] == b"25" and got["i:meta"]["dead"] == b"12"
+    assert got["i:meta"]["n"] == b"25" and got["i:meta"]["dead"] == b"0"
     new = postings.decode_slot(37, got["i:dt:0"][37 * postings.SLOT : 38 * postings.SLOT])
     assert new is not None and new.session == 4 and new.prev is None
 
@@ -303,9 +347,10 @@ async def test_clearing_every_session_drops_the_index_unless_a_commit_came_betwe
     # The clear script alone (as if the client died before dropping).
     keys = backend.layout.session("u", "s2")
     await backend.scripts.clear(keys, recall, session_id="s2", grave="f:x:s2:t")
-    assert await redis.hmget(recall.i_meta, "n", "dead") == [b"0", b"10"]
-    # A SCAN that raced a commit (next moved since it was read): nothing dropped.
-    assert not await backend.scripts.index_drop(recall, next_docid="9", keys=[])
+    assert await redis.hmget(recall.i_meta, "n", "dead") == [b"0", b"5"]  # s1 purged
+    # Not while s2's purge is left, nor after a commit since next was read.
+    assert not await drop_empty_index(backend, recall)
+    assert not await backend.scripts.index_drop(recall, next_docid="9")
     assert await redis.exists(recall.i_meta)
     await memory.clear(session_id="s2", user_id="u")  # the clear path drops it
     assert await keys_matching(redis, memory.layout.user_pattern("u")) == []

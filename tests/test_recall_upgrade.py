@@ -15,7 +15,7 @@ from worker_support import WorkerPool, eventually, wait_ready, worker_env
 
 from redismem import Memory, Message
 from redismem.core.backend import Backend, backend_of
-from redismem.recall import index, postings, upgrade
+from redismem.recall import index, postings, purge, upgrade
 from redismem.recall.index import catch_up
 
 MemoryFactory = Callable[..., Awaitable[Memory]]
@@ -173,7 +173,7 @@ async def test_a_session_cleared_during_the_upgrade_stays_cleared(
     assert (await upgrade.upgrade(backend, user_id="u", time_budget=0)).status == "partial"
     # A clear whose graves are not forgotten yet (the client died after the
     # clear script): its docs are still in format 1's docs, listed in a grave.
-    monkeypatch.setattr(index, "forget_graves", _no_forget)
+    monkeypatch.setattr(purge, "forget_cleared", _no_forget)
     await memory.clear(session_id="s1", user_id="u")
     await memory.clear(session_id="s2", user_id="u")
     monkeypatch.undo()

@@ -108,9 +108,15 @@ quantized to 1..63, ``ranking.quantize_weight``; 0 in filter lists)::
     E i:spk                    HASH  speaker name terms -> speaker ord;
                                      "#<ord>" -> the name terms
     E i:dead                   BITMAP by session ordinal: that session was cleared
+    E i:purge                  SET   ordinals of cleared sessions whose docs are
+                                     not purged yet (``index_purge.lua``: their
+                                     lists rewritten without them, their
+                                     records and slots deleted)
 
 Only the workers write the recall keys (``index_commit.lua``,
-``index_seal.lua``), plus ``clear.lua`` (a session's grave, its dead bit);
+``index_seal.lua``, ``index_migrate.lua``, ``index_retire.lua``), plus
+``clear.lua`` (a session's grave, its dead bit, its purge entry) and the
+purge that ``Memory.clear`` runs (or a worker finishes: ``index_purge.lua``);
 every one of those scripts, and ``recall_search.lua``, is guarded. No key
 of either format outlives the newest doc it holds (commits give each key
 touched the later of its deadline and the doc's, none when a doc is kept
@@ -367,6 +373,8 @@ class RecallKeys:
     i_sess: str = ""
     i_spk: str = ""
     i_dead: str = ""
+    #: SET of the ordinals of cleared sessions not purged yet.
+    i_purge: str = ""
 
     def script_keys(self) -> list[str]:
         return [self.docs, self.links, self.dkeys, self.stats, self.time, self.exp]
@@ -668,6 +676,7 @@ class KeyLayout:
             graves=prefix + "graves",
             i_prefix=i_prefix,
             **i_kinds,
+            i_purge=i_prefix + "purge",
         )
 
     def queue_key(self, name: str) -> str:

@@ -519,6 +519,7 @@ class ScriptRunner:
             recall.i_sess,
             recall.i_meta,
             recall.i_dead,
+            recall.i_purge,
         ]
         removed, _grave = await self.run_guarded(
             "clear", keys, script_keys, [session_id, escape_id(session_id)]
@@ -652,11 +653,16 @@ class ScriptRunner:
         )
         return bool(done), int(mark)
 
-    async def index_drop(self, recall: RecallKeys, *, next_docid: str, keys: Sequence[Any]) -> bool:
-        """Drop the user's format-2 index (its fixed keys and ``keys``) if
-        no doc of it is live and none was committed since ``next_docid``."""
+    async def index_drop(self, recall: RecallKeys, *, next_docid: str) -> bool:
+        """Drop the user's format-2 index if no doc of it is live, no purge
+        is left and no doc was committed since ``next_docid`` (``index_drop.lua``)."""
         return bool(
-            await self.run_guarded("index_drop", recall, recall.index_keys(), [next_docid, *keys])
+            await self.run_guarded(
+                "index_drop",
+                recall,
+                [*recall.index_keys(), recall.i_purge],
+                [recall.i_prefix, next_docid],
+            )
         )
 
     async def index_migrate(self, recall: RecallKeys, *, cursor: str, batch: int) -> IndexMigrate:
@@ -682,6 +688,29 @@ class ScriptRunner:
                 [recall.prefix, start, batch],
             )
         )
+
+    async def index_purge(
+        self,
+        recall: RecallKeys,
+        *,
+        ordinal: int,
+        lists: Sequence[str],
+        blocks: Sequence[tuple[int, bytes, bytes]] | None = None,
+    ) -> bool:
+        """Rewrite ``lists`` (suffixes after ``i:``) without the docs of the
+        cleared session ``ordinal``; with ``blocks`` (the final call: block,
+        bytes read, bytes without the session's records) also delete its
+        records, slots and list (``index_purge.lua``). False when a sealed
+        block changed since it was read (read again and retry)."""
+        args: list[Any] = [recall.i_prefix, ordinal, "0" if blocks is None else "1", len(lists)]
+        args += lists
+        args.append(0 if blocks is None else len(blocks))
+        for block, old, new in blocks or ():
+            args += [block, old, new]
+        done = await self.run_guarded(
+            "index_purge", recall, [*recall.index_keys(), recall.i_purge], args
+        )
+        return int(done) == 1
 
     async def recall_forget(self, recall: RecallKeys, *, suffix: str, batch: int) -> int:
         """Forget up to ``batch`` docs listed in ``prefix + suffix`` (and

@@ -10,11 +10,14 @@
 -- KEYS[13]    the user's format-2 session ordinals (i:sess)
 -- KEYS[14]    the user's format-2 meta (i:meta)
 -- KEYS[15]    the user's format-2 dead sessions (i:dead)
+-- KEYS[16]    the user's format-2 ordinals to purge (i:purge)
 -- ARGV[1]     session id (unescaped)
 -- ARGV[2]     session id (escaped)
 -- In format 2 the session's docs are tombstoned in O(1): its ordinal's bit
 -- set in i:dead, its ordinal mapping dropped (a session written again gets
--- a new one), its docs moved from i:meta n (live) to dead (for compaction).
+-- a new one), its docs moved from i:meta n (live) to dead, and its ordinal
+-- listed in i:purge: the caller (or a worker) then purges its docs
+-- (index_purge.lua), so that nothing of the session stays.
 -- Returns {keys deleted, counting user index keys that this removal left
 -- empty (Redis deletes an empty sorted set); the grave made, "" if none}.
 local grave = ''
@@ -34,6 +37,7 @@ if ord then
   local count = tonumber(string.match(entry, ',(%d+)$') or '0')
   local fresh = redis.call('EXISTS', KEYS[15]) == 0
   redis.call('SETBIT', KEYS[15], tonumber(ord), 1)
+  redis.call('SADD', KEYS[16], ord)
   redis.call('HDEL', KEYS[13], ARGV[2])
   if count > 0 and redis.call('EXISTS', KEYS[14]) == 1 then
     redis.call('HINCRBY', KEYS[14], 'n', -count)
@@ -43,12 +47,14 @@ if ord then
   local left = redis.call('PTTL', KEYS[14])
   if left == -1 then
     redis.call('PERSIST', KEYS[15])
+    redis.call('PERSIST', KEYS[16])
   elseif left > 0 then
     if fresh then
       redis.call('PEXPIRE', KEYS[15], left)
     else
       redis.call('PEXPIRE', KEYS[15], left, 'GT')
     end
+    redis.call('PEXPIRE', KEYS[16], left)
   end
 end
 local indexes_before = redis.call('EXISTS', KEYS[7], KEYS[8], KEYS[9])

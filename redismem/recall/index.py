@@ -66,6 +66,7 @@ from redismem.core.keys import (
     agent_filter_suffix,
     session_filter_suffix,
     tag_filter_suffix,
+    term_suffix,
     validate_id,
 )
 from redismem.core.queue import SummarizeArgs
@@ -86,6 +87,7 @@ __all__ = [
     "drop_empty_index",
     "forget_graves",
     "index_pass",
+    "record_lists",
     "seal_blocks",
     "search",
 ]
@@ -223,28 +225,15 @@ async def seal_blocks(backend: Backend, recall: RecallKeys, *, next_docid: int, 
 
 async def drop_empty_index(backend: Backend, recall: RecallKeys) -> bool:
     """Drop the user's format-2 index when no doc of it is live (every
-    session cleared): True when dropped. Atomic against commits
-    (``index_drop.lua``)."""
+    session cleared and purged, see ``redismem.recall.purge``): True when
+    dropped. Atomic against commits (``index_drop.lua``)."""
     state = await backend.call(
         functools.partial(_hmget, key=recall.i_meta, fields=["v", "n", "next"])
     )
     version, live, last = state
     if version != b"2" or int(live or 0) > 0:
         return False
-    found: set[bytes] = set()
-    cursor = "0"
-    while True:
-        cursor, batch = await backend.call(
-            functools.partial(
-                scan_once, cursor=cursor, pattern=recall.i_prefix + "*", key=recall.i_meta
-            )
-        )
-        found.update(batch)
-        if cursor == "0":
-            break
-    fixed = {key.encode() for key in recall.index_keys()}
-    others = sorted(found - fixed)
-    return await backend.scripts.index_drop(recall, next_docid=(last or b"").decode(), keys=others)
+    return await backend.scripts.index_drop(recall, next_docid=(last or b"").decode())
 
 
 async def _hmget(redis: Any, *, key: str, fields: list[str]) -> list[bytes | None]:
@@ -278,6 +267,26 @@ async def _vectors(embedder: Embedder | None, texts: list[str]) -> list[list[Any
         return [[model, quantize(vector)] for vector in vectors]
     except Exception as exc:
         raise EmbedderError(f"the embedder failed: {exc!r}") from exc
+
+
+def record_lists(record: bytes, created_ms: int, key: str) -> set[str]:
+    """The suffixes (after ``i:``) of every format-2 list a doc of
+    ``record`` (``role|name terms|payload``, written ``created_ms``) can be
+    in, besides its session's: the postings of its text's, its speaker's and
+    its date's terms (``doc_weights``' sources; the context terms it holds
+    are those of its session's earlier docs) and its agent and tag filters.
+    What a purge of its session rewrites."""
+    found = _decode_payload(record.partition(b"|")[2].partition(b"|")[2], created_ms, None, key)
+    [message] = codec.decode_messages([found.element], found.seq, [(found.seq, created_ms)], key)
+    words = set(terms(_indexed_text(message)))
+    if message.name:
+        words.update(terms(message.name))
+    words.update(terms(ranking.date_text(codec.ms_to_datetime(created_ms))))
+    lists = {term_suffix(word) for word in words}
+    if found.agent is not None:
+        lists.add(agent_filter_suffix(found.agent))
+    lists.update(tag_filter_suffix(k, v) for k, v in (found.tags or {}).items())
+    return lists
 
 
 def _doc(
@@ -574,14 +583,14 @@ async def _fused(
 
 
 async def forget_graves(backend: Backend, recall: RecallKeys) -> None:
-    """Forget the docs of the user's cleared sessions (their graves, see
-    ``clear.lua``), in batches: also those of a clear that died halfway."""
+    """Forget the format-1 docs of the user's cleared sessions (their
+    graves, see ``clear.lua``), in batches: also those of a clear that died
+    halfway. (``purge.forget_cleared`` does this and format 2's purge.)"""
     graves: list[bytes] = await backend.call(lambda redis: redis.smembers(recall.graves))
     for grave in sorted(graves):
         suffix = grave.decode()[len(recall.prefix) :]
         while await backend.scripts.recall_forget(recall, suffix=suffix, batch=_FORGET_BATCH):
             pass
-    await drop_empty_index(backend, recall)
 
 
 async def _scan_all(backend: Backend, pattern: str) -> list[bytes]:

@@ -59,7 +59,8 @@ from redismem.errors import (
     SummarizerError,
 )
 from redismem.longterm.extraction.job import ExtractOutcome, extract_pass
-from redismem.recall.index import IndexOutcome, forget_graves, index_pass
+from redismem.recall.index import IndexOutcome, index_pass
+from redismem.recall.purge import forget_cleared
 from redismem.recall.upgrade import upgrade
 from redismem.summarization.job import SummarizeOutcome, settle_pending, summarize_pass
 from redismem.workers.context import backend_for, config_of, queue_of, stats_for
@@ -251,20 +252,22 @@ async def _summarize(
     # The user's epoch now: a job of a cleared epoch finds nothing pending.
     keys = backend.layout.session(user_id, session_id, await current_epoch(backend, user_id))
     recall_keys = backend.layout.recall(user_id, keys.epoch)
-    # Graves of sessions whose clear() died before it forgot their docs.
+    # Cleared sessions whose clear() died before it removed their docs from
+    # the recall index (format 1's graves, format 2's ordinals to purge).
     commands: list[tuple[Any, ...]] = [
         ("ZSCORE", keys.pending, session_id),
         ("SCARD", recall_keys.graves),
+        ("SCARD", recall_keys.i_purge),
     ]
     if config.extractor is None:
         # Extraction is off (or was turned off): its watermark and outbox must
         # not hold back compaction or the pending mark. In the same round trip.
         commands.append(("HDEL", keys.meta, "xwm", "xbox"))
-    marked, graves, *_ = await backend.atomic(commands, key=keys.meta)
+    marked, graves, purges, *_ = await backend.atomic(commands, key=keys.meta)
     # When the session became pending (ms): its first write not yet indexed.
     index_lag_from = float(marked) / 1000 if marked is not None else None
-    if graves:
-        await forget_graves(backend, recall_keys)
+    if graves or purges:
+        await forget_cleared(backend, recall_keys)
     if marked is None:
         # Settled, cleared or given up since this job was enqueued (the sweep
         # may enqueue a session just as its job ends): nothing to do.
