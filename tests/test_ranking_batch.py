@@ -279,3 +279,19 @@ def test_recent_analyses_are_per_params() -> None:
     huge = "word " * 20_000  # longer than _RECENT_MAX_LEN: not kept
     _same(doc_weights(huge), _reference_doc_weights(huge))
     assert huge not in ranking._recent
+
+
+def test_a_text_weighed_is_analysed_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only context reads the recent analyses: weighing a text computes its
+    bm25 scores even when the same text was weighed just before."""
+    doc_weights("ramen noodles")
+    calls: list[float] = []
+    one_score = bm25.score
+
+    def spy(*args: float, k1: float, b: float, idf: float = 1.0) -> float:
+        calls.append(k1)
+        return one_score(*args, k1=k1, b=b, idf=idf)
+
+    monkeypatch.setattr(bm25, "score", spy)
+    doc_weights("ramen noodles")
+    assert calls == [ranking.K1]

@@ -179,22 +179,27 @@ def _analysed(text_terms: Sequence[str], p: Params) -> _Analysis:
 
 # ``doc_weights`` called message by message reads each text again as context
 # of the next ``context_turns`` messages: the analyses of the last texts it
-# met are kept (bounded in count and size), with the params they were made for.
+# weighed are kept (bounded in count and size), with the params they were made
+# for, and read back for its context only (a text weighed is analysed anew).
 _RECENT_TEXTS = 16
 _RECENT_MAX_LEN = 1 << 16
 _recent: dict[str, tuple[Params, _Analysis]] = {}
 
 
-def _recent_analysis(text: str, p: Params) -> _Analysis:
-    hit = _recent.get(text)
-    if hit is not None and hit[0] is p:
-        return hit[1]
-    found = _analysed(terms(text), p)
+def _remember(text: str, p: Params, analysis: _Analysis) -> None:
     if len(text) <= _RECENT_MAX_LEN:
         if len(_recent) >= _RECENT_TEXTS:
             with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # threads
                 del _recent[next(iter(_recent))]
-        _recent[text] = (p, found)
+        _recent[text] = (p, analysis)
+
+
+def _context_analysis(text: str, p: Params) -> _Analysis:
+    hit = _recent.get(text)
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    found = _analysed(terms(text), p)
+    _remember(text, p, found)
     return found
 
 
@@ -294,8 +299,10 @@ def doc_weights(
     turns = max(params.context_turns, 0)
     if turns:
         for text in reversed(list(itertools.islice(reversed(previous), turns))):
-            weigher._context.append(_recent_analysis(text, params))
-    return weigher._weigh(_recent_analysis(content, params), name, created)
+            weigher._context.append(_context_analysis(text, params))
+    own = _analysed(terms(content), params)
+    _remember(content, params, own)
+    return weigher._weigh(own, name, created)
 
 
 def date_text(created: datetime) -> str:
