@@ -1,8 +1,10 @@
 """Keyword ranking for recall: index-time weights and the query-time algorithm.
 
-Everything here is pure: no Redis. The indexer calls ``doc_weights`` once per
-message (weights are frozen into the postings, never recomputed); the query
-path (one Lua call) mirrors ``rank`` line by line; tests compare the two.
+Everything here is pure: no Redis. The indexer weighs each message once
+(``doc_weights``; a session's messages in a row: ``ContextWeigher``, which
+analyses each text once), and the weights are frozen into the postings, never
+recomputed; the query path (one Lua call) mirrors ``rank`` line by line;
+tests compare the two.
 
 Index time (Python, per message, from the message alone plus the previous
 messages of its session):
@@ -45,10 +47,12 @@ weights are computed in Python and passed as ARGV next to their terms.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
+import itertools
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +76,7 @@ __all__ = [
     "PREV_ALPHA",
     "SPEAKER_BOOST",
     "WEIGHT_LEVELS",
+    "ContextWeigher",
     "DocLinks",
     "Params",
     "date_text",
@@ -81,6 +86,7 @@ __all__ = [
     "quantize_weight",
     "query_terms",
     "rank",
+    "session_doc_weights",
 ]
 
 # Chosen on LoCoMo (4 conversations, 582 questions) by coordinate ascent and
@@ -163,11 +169,126 @@ class DocLinks:
     name: str | None = None
 
 
-def _tf_weights(text_terms: Sequence[str], p: Params) -> dict[str, float]:
+#: A text's ``term -> bm25``, and the one weight they all have when every
+#: term occurs once (else None).
+_Analysis = tuple[dict[str, float], float | None]
+
+
+def _analysed(text_terms: Sequence[str], p: Params) -> _Analysis:
+    """``term -> bm25`` of one text's terms, in first-occurrence order, and
+    the one weight they all have when every term occurs once (else None)."""
     dl = len(text_terms)
-    return {
-        t: bm25.score(n, dl, p.avg_doc_len, k1=p.k1, b=p.b) for t, n in Counter(text_terms).items()
-    }
+    distinct = dict.fromkeys(text_terms)
+    if len(distinct) == dl:  # every term once: the common case, one score
+        w = bm25.score(1, dl, p.avg_doc_len, k1=p.k1, b=p.b)
+        return dict.fromkeys(distinct, w), w
+    counts = Counter(text_terms)
+    by_count = {n: bm25.score(n, dl, p.avg_doc_len, k1=p.k1, b=p.b) for n in set(counts.values())}
+    return {t: by_count[n] for t, n in counts.items()}, None
+
+
+# ``doc_weights`` called message by message reads each text again as context
+# of the next ``context_turns`` messages: the analyses of the last texts it
+# weighed are kept (bounded in count and size), with the params they were made
+# for, and read back for its context only (a text weighed is analysed anew).
+_RECENT_TEXTS = 16
+_RECENT_MAX_LEN = 1 << 16
+_recent: dict[str, tuple[Params, _Analysis]] = {}
+
+
+def _remember(text: str, p: Params, analysis: _Analysis) -> None:
+    if len(text) <= _RECENT_MAX_LEN:
+        if len(_recent) >= _RECENT_TEXTS:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # threads
+                del _recent[next(iter(_recent))]
+        _recent[text] = (p, analysis)
+
+
+def _context_analysis(text: str, p: Params) -> _Analysis:
+    hit = _recent.get(text)
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    found = _analysed(terms(text), p)
+    _remember(text, p, found)
+    return found
+
+
+class ContextWeigher:
+    """``doc_weights`` of a session's messages, fed in order: each text is
+    analysed once, and its term weights are kept for the next
+    ``context_turns`` messages' context (``doc_weights`` alone analyses a
+    message again as context of each of them).
+
+    ``previous``: the texts before the first message fed, oldest first (only
+    the last ``context_turns`` are read). ``weigh(content, name, created)``
+    returns exactly ``doc_weights(content, name, previous + fed so far,
+    params, created=created)``, the same floats in the same order.
+    """
+
+    __slots__ = ("_context", "_params")
+
+    def __init__(self, previous: Sequence[str] = (), params: Params = DEFAULT) -> None:
+        self._params = params
+        turns = max(params.context_turns, 0)
+        #: ``_analysed`` of the last ``turns`` texts, oldest first.
+        self._context: deque[_Analysis] = deque(maxlen=turns)
+        if turns:
+            for text in reversed(list(itertools.islice(reversed(previous), turns))):
+                self._context.append(_analysed(terms(text), params))
+
+    def weigh(
+        self, content: str, name: str | None = None, created: datetime | None = None
+    ) -> dict[str, float]:
+        """The weights of the session's next message, which becomes context."""
+        return self._weigh(_analysed(terms(content), self._params), name, created)
+
+    def _weigh(
+        self, own: _Analysis, name: str | None, created: datetime | None
+    ) -> dict[str, float]:
+        p = self._params
+        weights = dict(own[0])
+        if name and p.name_weight > 0.0:
+            for t in _name_terms(name):
+                weights[t] = max(weights.get(t, 0.0), p.name_weight)
+        if created is not None and p.date_weight > 0.0:
+            for t in _date_terms(created.year, created.month, created.day):
+                weights[t] = max(weights.get(t, 0.0), p.date_weight)
+        scale = p.context_weight
+        get = weights.get
+        for context, uniform in reversed(self._context):  # the newest first
+            if scale <= 0.0:
+                break
+            if uniform is not None:  # the same product for every term
+                cw = scale * uniform
+                for t in context:
+                    if cw > get(t, 0.0):
+                        weights[t] = cw
+            else:
+                for t, w in context.items():
+                    cw = scale * w
+                    if cw > get(t, 0.0):
+                        weights[t] = cw
+            scale *= p.context_decay
+        if self._context.maxlen:
+            self._context.append(own)
+        return weights
+
+
+def session_doc_weights(
+    texts: Sequence[str],
+    names: Sequence[str | None],
+    created: Sequence[datetime | None],
+    previous: Sequence[str] = (),
+    params: Params = DEFAULT,
+) -> list[dict[str, float]]:
+    """``doc_weights`` of consecutive messages of one session, each analysed
+    once: item ``i`` is ``doc_weights(texts[i], names[i], previous +
+    texts[:i], params, created=created[i])``."""
+    weigher = ContextWeigher(previous, params)
+    return [
+        weigher.weigh(text, name, when)
+        for text, name, when in zip(texts, names, created, strict=True)
+    ]
 
 
 def doc_weights(
@@ -182,24 +303,16 @@ def doc_weights(
     ``previous`` holds the texts of the earlier messages of the same session,
     oldest first; only the last ``context_turns`` are read. ``created`` is the
     write time, read in its own timezone (UTC as the indexer passes it).
+    A session's messages in a row: ``ContextWeigher`` (each analysed once).
     """
-    weights = _tf_weights(terms(content), params)
-    if name and params.name_weight > 0.0:
-        for t in terms(name):
-            weights[t] = max(weights.get(t, 0.0), params.name_weight)
-    if created is not None and params.date_weight > 0.0:
-        for t in terms(date_text(created)):
-            weights[t] = max(weights.get(t, 0.0), params.date_weight)
-    scale = params.context_weight
-    for prev_text in list(reversed(previous))[: params.context_turns]:
-        if scale <= 0.0:
-            break
-        for t, w in _tf_weights(terms(prev_text), params).items():
-            cw = scale * w
-            if cw > weights.get(t, 0.0):
-                weights[t] = cw
-        scale *= params.context_decay
-    return weights
+    weigher = ContextWeigher((), params)
+    turns = max(params.context_turns, 0)
+    if turns:
+        for text in reversed(list(itertools.islice(reversed(previous), turns))):
+            weigher._context.append(_context_analysis(text, params))
+    own = _analysed(terms(content), params)
+    _remember(content, params, own)
+    return weigher._weigh(own, name, created)
 
 
 def date_text(created: datetime) -> str:
@@ -218,6 +331,11 @@ def quantize_weight(weight: float) -> int:
 def dequantize_weight(q: int) -> float:
     """The weight a search reads for level ``q`` (Lua: the same expression)."""
     return q * MAX_WEIGHT / WEIGHT_LEVELS
+
+
+@functools.lru_cache(maxsize=4096)
+def _date_terms(year: int, month: int, day: int) -> tuple[str, ...]:
+    return tuple(terms(f"{day} {_MONTHS[month - 1]} {year}"))
 
 
 def query_terms(query: str) -> dict[str, float]:

@@ -20,6 +20,9 @@ The pipeline, in order:
    fixes ``abli``->``able`` read as ``bli``->``ble`` and ``logi``->``log``)
    for tokens of pure ASCII letters; other tokens (digits, other scripts)
    are kept as they are.
+
+Steps 2-4 depend on a token alone, so ``terms`` caches the terms of each
+chunk of text it meets (bounded): a conversation's vocabulary is small.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from itertools import chain
 
 __all__ = ["ANALYSIS_VERSION", "STOP_WORDS", "stem", "terms"]
 
@@ -39,6 +43,22 @@ _ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th|s)$")
 _CLITICS = frozenset(["t", "ve", "ll", "re", "d", "m"])
 _ASCII_WORD_RE = re.compile(r"^[a-z]+$")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+
+
+def _ascii_byte(c: int) -> int:
+    ch = chr(c)
+    if ch == "`":
+        return ord("'")
+    if ch.isalnum() or ch in "'.,":
+        return ord(ch.lower())
+    return ord(" ")
+
+
+# ASCII text in one pass (a bytes table: much faster than a str one): lower
+# case, the backtick an apostrophe, and a blank for every character that
+# cannot be part of a token (all but letters, digits and the ``'.,`` tokens
+# hold inside).
+_ASCII_TABLE = bytes(map(_ascii_byte, range(128))) + bytes(range(128, 256))
 
 # The classic English function words (SMART/Snowball-sized core), plus the
 # question words and auxiliaries queries are made of. Content words that
@@ -64,25 +84,67 @@ STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 def terms(text: str) -> list[str]:
     """Index terms of ``text``, in order, repeats kept (term frequency counts)."""
-    out: list[str] = []
-    norm = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).casefold()
-    for tok in _TOKEN_RE.findall(norm):
+    if text.isascii():
+        # NFKC and case folding of ASCII are ``lower``; one translate lowers,
+        # makes the backtick an apostrophe and blanks every character no
+        # token holds, so the chunks between blanks are cache keys.
+        chunks = text.encode().translate(_ASCII_TABLE).decode().split()
+    else:
+        norm = unicodedata.normalize("NFKC", text).translate(_APOSTROPHES).casefold()
+        chunks = _TOKEN_RE.findall(norm)
+    return list(chain.from_iterable(map(_CHUNK_TERMS.__getitem__, chunks)))
+
+
+def _chunk_terms(chunk: str) -> tuple[str, ...]:
+    """The terms of a normalised piece of text (a token, or a run of ASCII
+    letters, digits and ``'.,`` between blanks)."""
+    out = []
+    for tok in _TOKEN_RE.findall(chunk):
+        term = _term(tok)
+        if term:
+            out.append(term)
+    return tuple(out)
+
+
+def _term(tok: str) -> str:
+    """The term of one normalised token, ``""`` when it has none."""
+    if tok in STOP_WORDS:
+        return ""
+    if "'" in tok:
+        head, _, tail = tok.rpartition("'")
+        if tail in _CLITICS:
+            return ""  # could've, ain't, it'd: function words
+        tok = (head if tail == "s" else tok).replace("'", "")
         if tok in STOP_WORDS:
-            continue
-        if "'" in tok:
-            head, _, tail = tok.rpartition("'")
-            if tail in _CLITICS:
-                continue  # could've, ain't, it'd: function words
-            tok = (head if tail == "s" else tok).replace("'", "")
-            if tok in STOP_WORDS:
-                continue
-        if tok[0].isdigit():
-            tok = _number(tok)
-        elif _ASCII_WORD_RE.match(tok):
-            tok = stem(tok)
-        if tok and tok not in STOP_WORDS:  # a stem may be one too: "ase" -> "as"
-            out.append(tok)
-    return out
+            return ""
+    if tok[0].isdigit():
+        tok = _number(tok)
+    elif _ASCII_WORD_RE.match(tok):
+        tok = stem(tok)
+    if tok and tok not in STOP_WORDS:  # a stem may be one too: "ase" -> "as"
+        return tok
+    return ""
+
+
+class _ChunkCache(dict[str, tuple[str, ...]]):
+    """``chunk -> its terms``, computed on first sight: a conversation's
+    vocabulary is small, so most chunks are a dict hit. Bounded: emptied when
+    full, and long chunks (ids, blobs) are not kept."""
+
+    __slots__ = ()
+
+    def __missing__(self, chunk: str) -> tuple[str, ...]:
+        found = _chunk_terms(chunk)
+        if len(chunk) <= _CACHE_CHUNK_LEN:
+            if len(self) >= _CACHE_SIZE:
+                self.clear()
+            self[chunk] = found
+        return found
+
+
+_CACHE_SIZE = 1 << 16
+_CACHE_CHUNK_LEN = 48
+_CHUNK_TERMS = _ChunkCache()
 
 
 def _number(tok: str) -> str:
