@@ -46,8 +46,19 @@ and the plan built on them: docs/write-path.md.
    ``refresh_ttl=False``, the raw client, redismem's ``MULTI`` sent on the raw
    client undecoded, and a bare ``LRANGE``; and decoding one reply alone.
 
+4. **Paired with another version** (``--against REF``, instead of 1-3): the
+   write script as assembled at git revision ``REF`` (its ``redismem`` package
+   unpacked by ``git archive`` and asked for ``script_source("write")``)
+   against this checkout's, through ``Memory.write`` (``--rounds`` rounds,
+   each running both, in alternating order) and replayed (the current
+   script's recorded calls, ``3 x --replay-rounds`` rounds): the medians and
+   the median of the per-round differences, which drift on a shared machine
+   cancels. Both must take the same KEYS and ARGV; the replay also checks
+   that both write the same data (``state_digest``).
+
     .venv/bin/python bench/bench_write_script.py           # full run, about 4 minutes on 2 cores
     .venv/bin/python bench/bench_write_script.py --quick   # smoke check, about 10 seconds
+    .venv/bin/python bench/bench_write_script.py --against HEAD~1 --rounds 8
 """
 
 from __future__ import annotations
@@ -58,7 +69,9 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -838,6 +851,80 @@ async def decode_cost(url: str, shape: Shape) -> tuple[float, float]:
     return ours, (time.perf_counter() - t0) / n * 1e6
 
 
+# -- paired with another version ----------------------------------------------
+
+
+def source_at(revision: str, name: str) -> str:
+    """Script ``name`` as the ``redismem`` package at git ``revision`` assembles it."""
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", root, "archive", revision, "redismem"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from redismem.core.lua import script_source; print(script_source({name!r}), "
+                "end='')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": tmp},
+        ).stdout
+
+
+async def paired(url: str, client: redis.Redis, shape: Shape, revision: str, opts: Any) -> None:
+    """Section 4: the write script at ``revision`` against this checkout's."""
+    old = source_at(revision, "write")
+    new = script_source("write")
+    _us, new_stats, calls = await product_writes(url, client, shape, record=True)
+    _us, old_stats, _calls = await product_writes(url, client, shape, old)
+    script_usec(client, old, calls)
+    expected = state_digest(client)
+    script_usec(client, new, calls)
+    if state_digest(client) != expected:
+        raise SystemExit(f"this checkout's write script wrote other data than {revision}'s")
+    print(f"4. The write script at {revision} (before) and in this checkout (after), paired")
+    for label, stats in ((revision, old_stats), ("this checkout", new_stats)):
+        others = {
+            k: c for k, (c, _u) in stats.items() if k != "evalsha" and not k.startswith("config")
+        }
+        print(f"  commands per write, {label}:")
+        print("    " + ", ".join(f"{k} {c / shape.writes:.3f}" for k, c in sorted(others.items())))
+    rows: list[tuple[str, list[float], list[float]]] = []
+    befores: list[float] = []
+    afters: list[float] = []
+    for r in range(opts.rounds):
+        pair = [old, None] if r % 2 == 0 else [None, old]
+        got = {}
+        for source in pair:
+            got[source is None] = (await product_writes(url, client, shape, source))[0]
+        befores.append(got[False])
+        afters.append(got[True])
+    rows.append((f"Memory.write, {opts.rounds} rounds", befores, afters))
+    befores, afters = [], []
+    for r in range(3 * opts.replay_rounds):
+        pair = [old, new] if r % 2 == 0 else [new, old]
+        got_replay = {text: script_usec(client, text, calls)[0] for text in pair}
+        befores.append(got_replay[old])
+        afters.append(got_replay[new])
+    rows.append((f"replayed, {3 * opts.replay_rounds} rounds", befores, afters))
+    print(f"  {'server µs per write':34}{'before':>9}{'after':>9}{'paired diff':>13}")
+    for label, before, after in rows:
+        diff = median(a - b for a, b in zip(after, before, strict=True))
+        print(f"  {label:34}{median(before):9.2f}{median(after):9.2f}{diff:+13.2f}")
+        print(
+            "    rounds (before/after): "
+            + ", ".join(f"{b:.1f}/{a:.1f}" for b, a in zip(before, after, strict=True))
+        )
+
+
 # -- the report ----------------------------------------------------------------
 
 
@@ -880,6 +967,9 @@ async def main() -> None:
     parser.add_argument("--reads", type=int, default=3_000, help="reads per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the product-path runs")
     parser.add_argument("--replay-rounds", type=int, default=7, help="rounds of the replays")
+    parser.add_argument(
+        "--against", metavar="REF", help="only section 4: paired with the script at git REF"
+    )
     opts = parser.parse_args()
     if opts.quick:
         opts.writes, opts.reads, opts.rounds, opts.replay_rounds = 1_000, 300, 1, 1
@@ -899,6 +989,9 @@ async def main() -> None:
             f"rounds, replays: of {opts.replay_rounds}"
         )
         print()
+        if opts.against:
+            await paired(url, client, shape, opts.against, opts)
+            return
 
         # 1. The product path, and the raw baseline.
         sources = ladder_sources("write", WRITE_LADDER)

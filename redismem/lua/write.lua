@@ -40,8 +40,9 @@ local len = redis.call('LLEN', KEYS[1])
 local broken = integrity_error(meta, len)
 if broken then return broken end
 
+local marking = ARGV[6] ~= '' or recall_ttl ~= ''
 local function pending_now()
-  if (ARGV[6] ~= '' or recall_ttl ~= '') and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
+  if marking and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
   return 0
 end
 
@@ -54,18 +55,32 @@ local touching = len == 0 or needs_touch(ttl, now, meta and meta.exp)
 local touched = {}
 if ntags > 0 then touched[4], touched[8] = 'hash', 'zset' end
 if touching then touched[7], touched[8], touched[9] = 'zset', 'zset', 'zset' end
-if ARGV[6] ~= '' or recall_ttl ~= '' then touched[9] = 'zset' end
+-- Whether the session is marked pending: ZSCORE reads it and, failing on a
+-- key of another type, checks the key's type too (TYPE only then, for the
+-- error). Most writes find the mark and need not write it again.
+local marked = false
+if marking then
+  marked = redis.pcall('ZSCORE', KEYS[9], sid)
+  if type(marked) == 'table' then touched[9], marked = 'zset', false end
+end
 broken = type_error(touched)
 if broken then return broken end
 -- The entry's time; TTLs, the access time and the pending mark keep `now`.
-local at = now
-if ARGV[9] ~= '' then at = math.min(tonumber(ARGV[9]), now) end
+-- Lua formats a number each time it meets a string (a command argument, a
+-- concatenation): the numbers written are formatted once, here (`_s`).
+local at, now_s = now, tostring(now)
+local at_s = now_s
+if ARGV[9] ~= '' then
+  at = math.min(tonumber(ARGV[9]), now)
+  at_s = tostring(at)
+end
 local first = (meta and meta.seq or 0) + 1
 local writes = (meta and meta.writes or 0) + 1
-local seen = remember_write(write_id, first, at, writes)
+local first_s, writes_s = tostring(first), tostring(writes)
+local seen = remember_write(write_id, first_s .. ',' .. at_s .. ',' .. writes_s, writes)
 if seen then
   local applied, created = string.match(seen, '^(%d+),(%d+)')
-  return {tonumber(applied), tonumber(created), len, 0, 0, pending_now(), 1}
+  return {tonumber(applied), tonumber(created), len, 0, 0, marked and 1 or 0, 1}
 end
 
 -- Prune expired sessions from the user indexes when the TTLs slide (a new
@@ -73,21 +88,25 @@ end
 -- members anyway), and first: when this session itself expired and is being
 -- written again, pruning after indexing would drop this write's tags (and
 -- pending mark) along with the stale ones.
-if touching then prune_expired(now) end
+if touching then
+  prune_expired(now)
+  marked = false  -- pruning may have dropped this session's mark: look again
+end
 
 if meta == nil then
   -- A new incarnation: `gen` tells it apart from an earlier session of the
   -- same id (cleared or expired), so a job started on that one cannot commit.
-  redis.call('HSET', KEYS[2], 'created', at, 'gen', write_id)
+  redis.call('HSET', KEYS[2], 'created', at_s, 'gen', write_id)
   meta = {seq = 0, dropped = 0, tokens = 0, writes = 0, wm = 0, iwm = 0}
 end
 local last = first + count - 1
-redis.call('HSET', KEYS[2], 'seq', last, 'tokens', meta.tokens + tonumber(ARGV[5]),
-  'writes', writes, 'accessed', now)
+local last_s = count == 1 and first_s or tostring(last)
+redis.call('HSET', KEYS[2], 'seq', last_s, 'tokens', meta.tokens + tonumber(ARGV[5]),
+  'writes', writes_s, 'accessed', now_s)
 for i = first_msg, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4])
+redis.call('RPUSH', KEYS[3], first_s .. ',' .. at_s .. ',' .. ARGV[4])
 
 local indexed = 0
 for i = 11, 10 + 2 * ntags, 2 do
@@ -107,8 +126,10 @@ if max_messages > 0 and len > max_messages then
   redis.call('HINCRBY', KEYS[2], 'trimmed', trimmed)
 end
 if recall_ttl ~= '' and meta.rttl ~= recall_ttl then redis.call('HSET', KEYS[2], 'rttl', recall_ttl) end
-local pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],
-  recall_ttl ~= '', now, sid)
+local pending_since, pending = 0, 1
+if not marked then
+  pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6], recall_ttl ~= '', now, sid)
+end
 
 if touching then
   touch_session(ttl, now, sid, nil)
