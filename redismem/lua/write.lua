@@ -41,30 +41,34 @@ local broken = integrity_error(meta, len)
 if broken then return broken end
 
 local marking = ARGV[6] ~= '' or recall_ttl ~= ''
-local function pending_now()
-  if marking and redis.call('ZSCORE', KEYS[9], sid) then return 1 end
-  return 0
-end
 
 local now = now_ms()
 -- The lists are (re)created when empty, so their keys need a TTL then too.
 local touching = len == 0 or needs_touch(ttl, now, meta and meta.exp)
 -- The keys checked above (msgs, meta, entries) and the write ids (written
 -- first) fail before anything is written; the others this write will touch
--- are checked here.
-local touched = {}
-if ntags > 0 then touched[4], touched[8] = 'hash', 'zset' end
-if touching then touched[7], touched[8], touched[9] = 'zset', 'zset', 'zset' end
+-- are checked here (`touched`: none on the hot path, so no table then).
+local touched = nil
+if ntags > 0 or touching then
+  touched = {}
+  if ntags > 0 then touched[4], touched[8] = 'hash', 'zset' end
+  if touching then touched[7], touched[8], touched[9] = 'zset', 'zset', 'zset' end
+end
 -- Whether the session is marked pending: ZSCORE reads it and, failing on a
 -- key of another type, checks the key's type too (TYPE only then, for the
 -- error). Most writes find the mark and need not write it again.
 local marked = false
 if marking then
   marked = redis.pcall('ZSCORE', KEYS[9], sid)
-  if type(marked) == 'table' then touched[9], marked = 'zset', false end
+  if type(marked) == 'table' then
+    touched = touched or {}
+    touched[9], marked = 'zset', false
+  end
 end
-broken = type_error(touched)
-if broken then return broken end
+if touched then
+  broken = type_error(touched)
+  if broken then return broken end
+end
 -- The entry's time; TTLs, the access time and the pending mark keep `now`.
 -- Lua formats a number each time it meets a string (a command argument, a
 -- concatenation): the numbers written are formatted once, here (`_s`).
@@ -103,8 +107,12 @@ local last = first + count - 1
 local last_s = count == 1 and first_s or tostring(last)
 redis.call('HSET', KEYS[2], 'seq', last_s, 'tokens', meta.tokens + tonumber(ARGV[5]),
   'writes', writes_s, 'accessed', now_s)
-for i = first_msg, #ARGV, 1000 do
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+if count == 1 then
+  redis.call('RPUSH', KEYS[1], ARGV[first_msg])
+else
+  for i = first_msg, #ARGV, 1000 do
+    redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
 end
 redis.call('RPUSH', KEYS[3], first_s .. ',' .. at_s .. ',' .. ARGV[4])
 
@@ -138,5 +146,8 @@ else
   if ntags > 0 and meta.exp ~= 'inf' then redis.call('PEXPIREAT', KEYS[4], tonumber(meta.exp)) end
   if indexed > 0 or pending_since > 0 then fit_user_ttl() end
 end
-if pending == nil then pending = pending_now() end
+if pending == nil then
+  pending = 0
+  if marking and redis.call('ZSCORE', KEYS[9], sid) then pending = 1 end
+end
 return {first, at, len, trimmed, pending_since, pending, 0}
