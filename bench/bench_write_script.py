@@ -35,9 +35,9 @@ and the plan built on them: docs/write-path.md.
    else. Also replayed: the script as a Redis function (``FCALL``), the
    script's includes alone (what defining its functions costs per call), TTLs
    refreshed by every write, Lua's number formatting, an empty script with
-   the same KEYS/ARGV and with one of each, ``RPUSH`` + ``PEXPIRE`` in Lua,
-   and a prototype of the plan's first steps (``PROTOTYPE``), checked to
-   write the same data as the script (``state_digest``) before it is timed.
+   the same KEYS/ARGV and with one of each, and ``RPUSH`` + ``PEXPIRE`` in
+   Lua; the function is checked to write the same data as the script
+   (``state_digest``) before it is timed.
 3. **The read path.** ``Memory.read(limit=50)`` (one ``MULTI``: the ``touch``
    script and two ``LRANGE``) against ``LRANGE`` + ``json.loads`` on
    ``redis.asyncio.Redis.from_url(url)``: server time per read (sequential
@@ -46,8 +46,19 @@ and the plan built on them: docs/write-path.md.
    ``refresh_ttl=False``, the raw client, redismem's ``MULTI`` sent on the raw
    client undecoded, and a bare ``LRANGE``; and decoding one reply alone.
 
+4. **Paired with another version** (``--against REF``, instead of 1-3): the
+   write script as assembled at git revision ``REF`` (its ``redismem`` package
+   unpacked by ``git archive`` and asked for ``script_source("write")``)
+   against this checkout's, through ``Memory.write`` (``--rounds`` rounds,
+   each running both, in alternating order) and replayed (the current
+   script's recorded calls, ``3 x --replay-rounds`` rounds): the medians and
+   the median of the per-round differences, which drift on a shared machine
+   cancels. Both must take the same KEYS and ARGV; the replay also checks
+   that both write the same data (``state_digest``).
+
     .venv/bin/python bench/bench_write_script.py           # full run, about 4 minutes on 2 cores
     .venv/bin/python bench/bench_write_script.py --quick   # smoke check, about 10 seconds
+    .venv/bin/python bench/bench_write_script.py --against HEAD~1 --rounds 8
 """
 
 from __future__ import annotations
@@ -58,7 +69,9 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -138,34 +151,29 @@ WRITE_LADDER: tuple[Rung, ...] = (
     ),
     Rung(
         "integrity check",
-        "meta vs LLEN, TYPE entries (integrity_error)",
-        (("local broken = integrity_error(meta, len)\n", "local broken = nil\n"),),
+        "the pushes' replies vs meta (no command of its own; needed by later rungs)",
+        (("if failure then\n", "if false then\n"),),
     ),
     Rung(
         "type checks",
-        "TYPE of the keys this write may touch (type_error: pending)",
-        (("broken = type_error(touched)\n", "broken = nil\n"),),
+        "TYPE of the keys this write may touch (type_error: none on the hot path)",
+        (("  local broken = type_error(touched)\n", "  local broken = nil\n"),),
     ),
     Rung(
         "write id",
         "HSETNX writes (+ the sweep every 1,000 writes)",
         (
             (
-                "local seen = remember_write(write_id, first, at, writes)\n",
+                "local seen = remember_write(write_id,"
+                " first_s .. ',' .. at_s .. ',' .. writes_s)\n",
                 "local seen = nil\n",
             ),
         ),
     ),
     Rung(
         "pending mark",
-        "ZADD NX pending (+ HSET sumcfg when newly marked)",
-        (
-            (
-                "local pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],\n"
-                "  recall_ttl ~= '', now, sid)\n",
-                "local pending_since, pending = 0, 1\n",
-            ),
-        ),
+        "ZSCORE pending (+ ZADD NX, HSET sumcfg when not marked)",
+        (("  marked = redis.pcall('ZSCORE', KEYS[9], sid)\n", "  marked = '1'\n"),),
     ),
     Rung(
         "rttl field",
@@ -191,19 +199,25 @@ WRITE_LADDER: tuple[Rung, ...] = (
     Rung(
         "entry record",
         "RPUSH entries 'first,at,<msgpack tail>'",
-        (("redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4])\n", ""),),
+        (
+            (
+                "  record = redis.pcall('RPUSH', KEYS[3],"
+                " first_s .. ',' .. at_s .. ',' .. ARGV[4])\n",
+                "  record = 1\n",
+            ),
+        ),
     ),
     Rung(
         "meta update",
         "HSET meta seq tokens writes accessed (+ created gen on a new session)",
         (
             (
-                "redis.call('HSET', KEYS[2], 'seq', last,"
+                "redis.call('HSET', KEYS[2], 'seq', last_s,"
                 " 'tokens', meta.tokens + tonumber(ARGV[5]),\n"
-                "  'writes', writes, 'accessed', now)\n",
+                "  'writes', writes_s, 'accessed', now_s)\n",
                 "",
             ),
-            ("  redis.call('HSET', KEYS[2], 'created', at, 'gen', write_id)\n", ""),
+            ("  redis.call('HSET', KEYS[2], 'created', at_s, 'gen', write_id)\n", ""),
         ),
     ),
     Rung(
@@ -217,19 +231,12 @@ WRITE_LADDER: tuple[Rung, ...] = (
         (("local meta = load_meta(KEYS[2])\n", "local meta = nil\n"),),
     ),
     Rung(
-        "LLEN",
-        "LLEN msgs",
-        (("\nlocal len = redis.call('LLEN', KEYS[1])\n", "\nlocal len = 0\n"),),
-    ),
-    Rung(
         "message RPUSH",
         "RPUSH msgs (what is left: argument parsing, the result table)",
         (
             (
-                "for i = first_msg, #ARGV, 1000 do\n"
-                "  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))\n"
-                "end\n",
-                "",
+                "  pushed = redis.pcall('RPUSH', KEYS[1], ARGV[first_msg])\n",
+                "  pushed = len + 1\n",
             ),
         ),
     ),
@@ -277,46 +284,39 @@ WRITE_AMPLIFIED: tuple[tuple[str, str, str], ...] = (
         "local meta = load_meta(KEYS[2])\n",
         "for _ = 1, %d do load_meta(KEYS[2]) end\n",
     ),
-    (
-        "LLEN msgs",
-        "\nlocal len = redis.call('LLEN', KEYS[1])\n",
-        "\nfor _ = 1, %d do redis.call('LLEN', KEYS[1]) end",
-    ),
-    (
-        "integrity check (TYPE entries)",
-        "local broken = integrity_error(meta, len)\n",
-        "for _ = 1, %d do integrity_error(meta, len) end\n",
-    ),
     ("clock (TIME)", "local now = now_ms()\n", "for _ = 1, %d do now_ms() end\n"),
     (
-        "type checks (TYPE pending)",
-        "broken = type_error(touched)\n",
-        "for _ = 1, %d do type_error(touched) end\n",
+        "pending mark read (ZSCORE pending)",
+        "  marked = redis.pcall('ZSCORE', KEYS[9], sid)\n",
+        "  for _ = 1, %d do redis.pcall('ZSCORE', KEYS[9], sid) end\n",
     ),
     (
         "meta update (HSET 4 fields)",
-        "redis.call('HSET', KEYS[2], 'seq', last,",
-        "for _ = 1, %d do redis.call('HSET', KEYS[2], 'seq', last, 'tokens',"
-        " meta.tokens + tonumber(ARGV[5]), 'writes', writes, 'accessed', now) end\n",
+        "redis.call('HSET', KEYS[2], 'seq', last_s,",
+        "for _ = 1, %d do redis.call('HSET', KEYS[2], 'seq', last_s, 'tokens',"
+        " meta.tokens + tonumber(ARGV[5]), 'writes', writes_s, 'accessed', now_s) end\n",
     ),
     (
         "entry record (RPUSH entries)",
-        "redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4])\n",
-        "for _ = 1, %d do redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4]) end\n",
-    ),
-    (
-        "pending mark (ZADD NX pending)",
-        "local pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],\n",
-        "for _ = 1, %d do mark_pending(last, len, meta.wm, ARGV[6], recall_ttl ~= '', now, sid)"
+        "if failure then\n",
+        "for _ = 1, %d do redis.call('RPUSH', KEYS[3], first_s .. ',' .. at_s .. ',' .. ARGV[4])"
         " end\n",
     ),
 )
 #: The same for the touch script.
 TOUCH_AMPLIFIED: tuple[tuple[str, str, str], ...] = (
     WRITE_AMPLIFIED[0],
-    ("LLEN msgs", "\nlocal len = redis.call('LLEN', KEYS[1])\n", WRITE_AMPLIFIED[2][2]),
-    ("meta load (HMGET, 8 fields, table)", *WRITE_AMPLIFIED[1][1:]),
-    ("integrity check (TYPE entries)", *WRITE_AMPLIFIED[3][1:]),
+    (
+        "LLEN msgs",
+        "\nlocal len = redis.call('LLEN', KEYS[1])\n",
+        "\nfor _ = 1, %d do redis.call('LLEN', KEYS[1]) end",
+    ),
+    WRITE_AMPLIFIED[1],
+    (
+        "integrity check (TYPE entries)",
+        "local broken = integrity_error(meta, len)\n",
+        "for _ = 1, %d do integrity_error(meta, len) end\n",
+    ),
     (
         "accessed (TIME, HSET)",
         "  redis.call('HSET', KEYS[2], 'accessed', now)\n",
@@ -396,69 +396,6 @@ TEN_TIMES = "for i = 1, 10 do redis.call('TIME') end\nreturn 0"
 #: The floor of a scripted write: the raw baseline's two commands in Lua.
 RPUSH_EXPIRE = (
     "redis.call('RPUSH', KEYS[2], ARGV[#ARGV])\nredis.call('PEXPIRE', KEYS[2], ARGV[2])\nreturn 0"
-)
-
-
-#: A prototype of the plan's first steps (docs/write-path.md), for measuring
-#: only: the same bytes written, the same errors, with (1) each number
-#: formatted once and the clock's value kept as a string, instead of Lua
-#: formatting the same numbers again in each command and concatenation, and
-#: (2) the pending mark looked up with ZSCORE (a read that also proves the
-#: key's type) and added only when absent, instead of TYPE + ZADD NX.
-PROTOTYPE = Rung(
-    "prototype",
-    "numbers formatted once; ZSCORE for the pending mark",
-    (
-        (
-            "local function remember_write(write_id, first, now, n)\n"
-            "  if redis.call('HSETNX', KEYS[6], write_id,"
-            " first .. ',' .. now .. ',' .. n) == 0 then",
-            "local function remember_write(write_id, first, now, n, n_s)\n"
-            "  if redis.call('HSETNX', KEYS[6], write_id,"
-            " first .. ',' .. now .. ',' .. n_s) == 0 then",
-        ),
-        (
-            "if ARGV[6] ~= '' or recall_ttl ~= '' then touched[9] = 'zset' end\n",
-            "local marked = nil\n"
-            "if ARGV[6] ~= '' or recall_ttl ~= '' then\n"
-            "  local found = redis.pcall('ZSCORE', KEYS[9], sid)\n"
-            "  if type(found) == 'table' and found.err then touched[9] = 'zset'\n"
-            "  else marked = found end\n"
-            "end\n",
-        ),
-        (
-            "local seen = remember_write(write_id, first, at, writes)\n",
-            "local now_s = tostring(now)\n"
-            "local at_s = at == now and now_s or tostring(at)\n"
-            "local first_s, writes_s = tostring(first), tostring(writes)\n"
-            "local seen = remember_write(write_id, first_s, at_s, writes, writes_s)\n",
-        ),
-        (
-            "local last = first + count - 1\n",
-            "local last = first + count - 1\n"
-            "local last_s = count == 1 and first_s or tostring(last)\n",
-        ),
-        (
-            "redis.call('HSET', KEYS[2], 'seq', last, 'tokens', meta.tokens + tonumber(ARGV[5]),\n"
-            "  'writes', writes, 'accessed', now)\n",
-            "redis.call('HSET', KEYS[2], 'seq', last_s,"
-            " 'tokens', meta.tokens + tonumber(ARGV[5]),\n"
-            "  'writes', writes_s, 'accessed', now_s)\n",
-        ),
-        (
-            "redis.call('RPUSH', KEYS[3], first .. ',' .. at .. ',' .. ARGV[4])\n",
-            "redis.call('RPUSH', KEYS[3], first_s .. ',' .. at_s .. ',' .. ARGV[4])\n",
-        ),
-        (
-            "local pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],\n"
-            "  recall_ttl ~= '', now, sid)\n",
-            "local pending_since, pending = 0, nil\n"
-            "if marked then pending = 1 else\n"
-            "  pending_since, pending = mark_pending(last, len, meta.wm, ARGV[6],\n"
-            "    recall_ttl ~= '', now, sid)\n"
-            "end\n",
-        ),
-    ),
 )
 
 
@@ -838,6 +775,88 @@ async def decode_cost(url: str, shape: Shape) -> tuple[float, float]:
     return ours, (time.perf_counter() - t0) / n * 1e6
 
 
+# -- paired with another version ----------------------------------------------
+
+
+def source_at(revision: str, name: str) -> str:
+    """Script ``name`` as the ``redismem`` package at git ``revision`` assembles it."""
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", root, "archive", revision, "redismem"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from redismem.core.lua import script_source; print(script_source({name!r}), "
+                "end='')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": tmp},
+        ).stdout
+
+
+async def paired(url: str, client: redis.Redis, shape: Shape, revision: str, opts: Any) -> None:
+    """Section 4: the write script at ``revision`` against this checkout's."""
+    old = source_at(revision, "write")
+    new = script_source("write")
+    _us, new_stats, calls = await product_writes(url, client, shape, record=True)
+    _us, old_stats, _calls = await product_writes(url, client, shape, old)
+    script_usec(client, old, calls)
+    expected = state_digest(client)
+    script_usec(client, new, calls)
+    if state_digest(client) != expected:
+        raise SystemExit(f"this checkout's write script wrote other data than {revision}'s")
+    print(f"4. The write script at {revision} (before) and in this checkout (after), paired")
+    for label, stats in ((revision, old_stats), ("this checkout", new_stats)):
+        others = {
+            k: c for k, (c, _u) in stats.items() if k != "evalsha" and not k.startswith("config")
+        }
+        print(f"  commands per write, {label}:")
+        print("    " + ", ".join(f"{k} {c / shape.writes:.3f}" for k, c in sorted(others.items())))
+    rows: list[tuple[str, list[float], list[float]]] = []
+    befores: list[float] = []
+    afters: list[float] = []
+    for r in range(opts.rounds):
+        pair = [old, None] if r % 2 == 0 else [None, old]
+        got = {}
+        for source in pair:
+            got[source is None] = (await product_writes(url, client, shape, source))[0]
+        befores.append(got[False])
+        afters.append(got[True])
+    rows.append((f"Memory.write, {opts.rounds} rounds", befores, afters))
+    befores, afters = [], []
+    for r in range(3 * opts.replay_rounds):
+        pair = [old, new] if r % 2 == 0 else [new, old]
+        got_replay = {text: script_usec(client, text, calls)[0] for text in pair}
+        befores.append(got_replay[old])
+        afters.append(got_replay[new])
+    rows.append((f"replayed, {3 * opts.replay_rounds} rounds", befores, afters))
+    # The minimum of each side too: on a busy machine the server is descheduled
+    # inside commands, which only ever adds time.
+    print(
+        f"  {'server µs per write':34}{'before':>9}{'after':>9}{'paired diff':>13}"
+        f"{'min before':>12}{'min after':>11}"
+    )
+    for label, before, after in rows:
+        diff = median(a - b for a, b in zip(after, before, strict=True))
+        print(
+            f"  {label:34}{median(before):9.2f}{median(after):9.2f}{diff:+13.2f}"
+            f"{min(before):12.2f}{min(after):11.2f}"
+        )
+        print(
+            "    rounds (before/after): "
+            + ", ".join(f"{b:.1f}/{a:.1f}" for b, a in zip(before, after, strict=True))
+        )
+
+
 # -- the report ----------------------------------------------------------------
 
 
@@ -880,6 +899,9 @@ async def main() -> None:
     parser.add_argument("--reads", type=int, default=3_000, help="reads per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the product-path runs")
     parser.add_argument("--replay-rounds", type=int, default=7, help="rounds of the replays")
+    parser.add_argument(
+        "--against", metavar="REF", help="only section 4: paired with the script at git REF"
+    )
     opts = parser.parse_args()
     if opts.quick:
         opts.writes, opts.reads, opts.rounds, opts.replay_rounds = 1_000, 300, 1, 1
@@ -899,6 +921,9 @@ async def main() -> None:
             f"rounds, replays: of {opts.replay_rounds}"
         )
         print()
+        if opts.against:
+            await paired(url, client, shape, opts.against, opts)
+            return
 
         # 1. The product path, and the raw baseline.
         sources = ladder_sources("write", WRITE_LADDER)
@@ -965,51 +990,23 @@ async def main() -> None:
             ("RPUSH + PEXPIRE in Lua, same KEYS/ARGV", RPUSH_EXPIRE, False),
         ]
         # FLUSHALL keeps functions (FUNCTION FLUSH removes them).
-        prototype = apply(sources[0][1], PROTOTYPE)
         script_usec(client, sources[0][1], calls)
         expected = state_digest(client)
-        script_usec(client, prototype, calls)
-        if state_digest(client) != expected:
-            raise SystemExit("the prototype wrote other data than the write script")
         library = as_function("write", "bws_write")
-        proto_library = apply(as_function("write", "bws_proto"), PROTOTYPE)
-        for name, text in (("bws_write", library), ("bws_proto", proto_library)):
-            function_usec(client, text, name, calls)
-            if state_digest(client) != expected:
-                raise SystemExit(f"the function {name} wrote other data than the write script")
-        variants: list[tuple[str, Callable[[], float]]] = [
-            (
-                "the script as a function (FCALL)",
-                lambda: function_usec(client, library, "bws_write", calls),
-            ),
-            ("the prototype", lambda: script_usec(client, prototype, calls)[0]),
-            (
-                "the prototype as a function",
-                lambda: function_usec(client, proto_library, "bws_proto", calls),
-            ),
-        ]
-        diffs: list[list[float]] = [[] for _ in variants]
+        function_usec(client, library, "bws_write", calls)
+        if state_digest(client) != expected:
+            raise SystemExit("the function bws_write wrote other data than the write script")
+        diffs: list[float] = []
         wholes: list[float] = []
         for _ in range(3 * opts.replay_rounds):
             whole = script_usec(client, sources[0][1], calls)[0]
             wholes.append(whole)
-            for i, (_label, run) in enumerate(variants):
-                diffs[i].append(run() - whole)
-        product_diffs = []
-        for _ in range(2 * opts.rounds):
-            whole = (await product_writes(url, client, shape))[0]
-            product_diffs.append((await product_writes(url, client, shape, prototype))[0] - whole)
+            diffs.append(function_usec(client, library, "bws_write", calls) - whole)
         print(
             f"  paired with the whole script ({median(wholes):.2f}), median of per-round "
-            f"differences over {len(wholes)} rounds; the prototype ({PROTOTYPE.what}) "
-            "writes the same data:"
+            f"differences over {len(wholes)} rounds; the function writes the same data:"
         )
-        for (label, _run), d in zip(variants, diffs, strict=True):
-            print(f"    {label:46}{median(d):+7.2f}  (replay)")
-        print(
-            f"    {'the prototype':46}{median(product_diffs):+7.2f}"
-            f"  (product, {len(product_diffs)} rounds)"
-        )
+        print(f"    {'the script as a function (FCALL)':46}{median(diffs):+7.2f}  (replay)")
         for label, source, shrink in extra:
             us = median(
                 script_usec(client, source, calls, shrink)[0] for _ in range(opts.replay_rounds)

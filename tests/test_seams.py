@@ -384,6 +384,33 @@ async def test_a_write_meeting_a_key_of_the_wrong_type_writes_nothing(
     assert [m.content for m in await mem.read(session_id="s1")] == ["again"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("msgs", "BackendError"), ("entries", "CorruptData"), ("writes", "BackendError")],
+)
+async def test_a_write_to_a_session_whose_lists_have_the_wrong_type_writes_nothing(
+    make_memory: Any, raw: Any, kind: str, error: str
+) -> None:
+    """The write checks its messages and entry records from the replies of its
+    own pushes (no LLEN, no TYPE before): a key of another type, met after the
+    write id was recorded, is undone to the byte. Messages or write ids of
+    another type fail with Redis's WRONGTYPE (BackendError), as before."""
+    from helpers import snapshot
+
+    import redismem
+
+    mem = await make_memory(index=True)
+    for i in range(3):
+        await mem.write([{"role": "user", "content": f"m{i}"}], session_id="s")
+    victim = getattr(mem.layout.session("default", "s"), kind)
+    await raw.delete(victim)
+    await raw.set(victim, b"not mine")
+    before = await snapshot(raw, mem.layout.user_pattern("default"))
+    with pytest.raises(getattr(redismem, error)):
+        await mem.write([{"role": "user", "content": "x"}], session_id="s", write_id="w-new")
+    assert await snapshot(raw, mem.layout.user_pattern("default")) == before
+
+
 CLEAR_THEN_DIE = """
 import asyncio, os, signal, sys
 import redismem.core.guard as guard

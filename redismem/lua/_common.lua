@@ -234,16 +234,23 @@ end
 -- Write ids remembered per session: at least this many of the latest writes.
 local WRITE_IDS_KEPT = 1000
 
--- Record a write id with its result "first_seq,created_ms,n", where n is the
--- session's write count after this write, unless the id is already recorded:
--- then return the recorded result (the write is a re-send) and record
--- nothing. Every WRITE_IDS_KEPT writes, forget the ids of all but the latest
--- WRITE_IDS_KEPT (amortized O(1) per write).
-local function remember_write(write_id, first, now, n)
-  if redis.call('HSETNX', KEYS[6], write_id, first .. ',' .. now .. ',' .. n) == 0 then
+-- Record a write id with its result `result`, "first_seq,created_ms,n"
+-- (formatted by the caller, which has these numbers as strings already),
+-- where n is the session's write count after this write, unless the id is
+-- already recorded: then return the recorded result (the write is a
+-- re-send) and record nothing.
+local function remember_write(write_id, result)
+  if redis.call('HSETNX', KEYS[6], write_id, result) == 0 then
     return redis.call('HGET', KEYS[6], write_id)
   end
-  if n % WRITE_IDS_KEPT ~= 0 then return nil end
+  return nil
+end
+
+-- Every WRITE_IDS_KEPT writes (`n`: the session's write count after this
+-- one), forget the ids of all but the latest WRITE_IDS_KEPT (amortized O(1)
+-- per write).
+local function forget_old_writes(n)
+  if n % WRITE_IDS_KEPT ~= 0 then return end
   local all = redis.call('HGETALL', KEYS[6])
   local old = {}
   for i = 1, #all, 2 do
@@ -254,5 +261,4 @@ local function remember_write(write_id, first, now, n)
   for i = 1, #old, 500 do
     redis.call('HDEL', KEYS[6], unpack(old, i, math.min(i + 499, #old)))
   end
-  return nil
 end

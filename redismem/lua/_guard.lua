@@ -19,15 +19,14 @@ end
 
 -- Keep the guard at least until `deadline` (ms, or math.huge: forever), a
 -- deadline just given to keys of this epoch, so that the guard outlives
--- every key of its epoch. Epoch 0 needs no guard.
+-- every key of its epoch. Epoch 0 needs no guard. GT moves a deadline only
+-- later, and leaves alone a guard without one (it counts as infinite) or
+-- without a key: one command, no PTTL nor clock.
 local function cover_guard(deadline)
   if EPOCH == '0' then return end
   if deadline == math.huge then
     redis.call('PERSIST', GUARD)
     return
   end
-  local left = redis.call('PTTL', GUARD)
-  if left >= 0 then
-    if now_ms() + left < deadline then redis.call('PEXPIREAT', GUARD, deadline) end
-  end
+  redis.call('PEXPIREAT', GUARD, deadline, 'GT')
 end
