@@ -1,60 +1,67 @@
 """Fleet-scale run: what a fleet of agents costs in Redis memory and CPU.
 
-One throwaway ``redis-server`` (no RDB; AOF off unless ``--aof``), 4 client
-processes writing as agents do and 2 real worker processes
-(``python -m arq workers.WorkerSettings``), every feature on:
+Two throwaway ``redis-server`` processes, one for memory and one for the work
+queue (as on a cluster, where the queue cannot live; ``--one-server`` puts
+both on one), no RDB, AOF off unless ``--aof`` (``everysec``); 4 client
+processes writing as agents do and 2 real worker processes (``python -m arq
+workers.WorkerSettings``), every feature on:
 
-- clients: ``Memory.connect(url, keep_recent=20)`` (summaries, compaction,
-  the recall index), every write with an explicit write id, two tags and an
-  agent name; each agent turn (a user message and what answers it, tool
-  calls included) written either in one multi-message write or message by
-  message (half each); about one user message in ten a statement the rule
-  extractor keeps ("I live in Porto.");
+- clients: ``Memory.connect(url, queue_url=..., keep_recent=20)`` (summaries
+  with compaction, the recall index), every write with an explicit write id,
+  two tags and an agent name; each agent turn (a user message and what
+  answers it, tool calls included) written either in one multi-message write
+  or message by message (half each); about one user message in ten a
+  statement the rule extractor keeps ("I live in Porto.");
 - workers: ``REDISMEM_SUMMARIZER=truncate`` (no LLM),
   ``REDISMEM_EXTRACTOR=rules`` (typed memories, stored under ``kv:``),
   indexing (always on with ``index=True``).
 
 ``--users`` users x ``--sessions`` sessions x ``--messages`` messages (default
-200 x 20 x 50 = 200,000 messages; the text of each message over a Zipf
-vocabulary of 30,000 words, 100-600 characters, as ``bench_recall.py``).
+200 x 20 x 50 = 200,000 messages; each message's text drawn from a Zipf
+vocabulary of 30,000 words, 100-600 characters, as ``bench_recall.py``'s).
 Sessions are written session-major (every user's first session, then every
 user's second ...), by 16 concurrent agents per client process, as fast as
-they go unless ``--rate`` caps the messages/s.
+they go unless ``--rate`` caps the messages/s. The clients start together
+once all have set up; their time runs from then.
 
 Phases and what each measures:
 
 1. **Write path, workers paused** (SIGSTOP): every user's first session.
-   ``used_cpu_sys + used_cpu_user`` of Redis over the phase / writes is the
-   Redis CPU per write (the write script, the job enqueues, everything the
+   ``used_cpu_sys + used_cpu_user`` of each server over the phase / writes is
+   its CPU per write (the write script, the job enqueues, whatever else the
    server did), and ``INFO commandstats``'s ``evalsha`` usec / calls the write
-   script alone.
+   script alone (wall time inside the server: preemption inflates it).
 2. **Fleet**: workers resumed, the other sessions written; client writes/s;
    write -> indexed lag (a write every 0.25 s per client is sampled; the
-   bench polls the session's index watermark ``iwm`` every 100 ms, so
-   +- 0.1 s); then the drain until the workers' ``messages_indexed`` covers
-   every message and ``flush()`` returns. The workers' Redis CPU is the
-   server's CPU from phase 1's start to the drain's end minus writes x the
-   phase-1 cost per write; per message written. Write -> summarized: the
-   workers' own samples (``redismem/q:<ns>:lag``, their last 2,000: from the
-   write that made a session due to its summary's commit).
-3. **Memory**: ``used_memory`` after the drain minus before the run, and a
-   census: SCAN of every key, ``MEMORY USAGE key SAMPLES 0`` per key (every
-   key up to ``--max-keys``, else a deterministic 1-in-k sample by CRC32 of
-   the key, scaled by k: the report says which), by key family.
+   bench reads the session's index watermark ``iwm`` every 100 ms, at most
+   200 a round, oldest first); then the drain until ``flush()`` returns
+   (everything due is indexed, extracted and summarized). The workers' Redis
+   CPU is each server's CPU from phase 1's start to the drain's end minus
+   writes x the phase-1 cost per write, per message written. Write ->
+   summarized: the workers' own samples (``redismem/q:<ns>:lag``, their last
+   2,000: from the write that made a session due to its summary's commit).
+3. **Memory**: ``used_memory`` after the drain minus before the run (both
+   servers), and a census: SCAN of every key, ``MEMORY USAGE key SAMPLES 0``
+   per key (every key up to ``--max-keys``, else a deterministic 1-in-k
+   sample by CRC32 of the key, scaled by k: the report says which), by key
+   family.
 4. **Search**: ``--search-users`` users x ``--queries`` queries of 1-3 words
    (Zipf-drawn, stop words skipped), ``mem.search(q, user_id=u, limit=10)``
    one after another: p50 / p99 of one user's search over its messages.
+5. **Steady lag**: one new session for as many users as ``--lag-seconds`` of
+   writes take at ``--lag-rate`` messages/s (default: half the workers' drain
+   rate), every write sampled as in phase 2; then drained.
 
-The report ends with the figures ``docs/capacity.md``'s cost model takes
-(its parameters by name), to paste there after a re-run, e.g. once the
-recall index format 2 is merged.
+The report ends with the parameters of ``docs/capacity.md``'s cost model,
+by the names used there, to paste into it after a re-run (e.g. once the
+recall index format 2 is merged).
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py            # 200k messages, ~4 min
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py            # 200k messages
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_fleet.py --users 1000   # 1M
-    .venv/bin/python bench/bench_fleet.py --users 20 --sessions 5 --messages 20    # smoke
-    .venv/bin/python bench/bench_fleet.py --json > fleet.json          # machine-readable
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py --users 8 --sessions 2 --messages 30
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py --json > fleet.json  # machine-readable
 
-Always its own server: the run reads server-wide counters (``INFO``), which
+Always its own servers: the run reads server-wide counters (``INFO``), which
 another tenant's traffic would spoil.
 """
 
@@ -366,7 +373,7 @@ class Workers:
             REDISMEM_EXTRACTOR="rules",
         )
         self.processes = [self._spawn(env, i) for i in range(self.count)]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while await redis.zcard(f"{QUEUE}:workers") < self.count:
             if any(p.poll() is not None for p in self.processes) or time.monotonic() > deadline:
                 raise SystemExit(f"the workers did not start:\n{self.logs()}")
@@ -489,6 +496,7 @@ class Snapshots:
 
     memory: ServerSnapshot
     queue: ServerSnapshot | None
+    indexed: int  # the workers' counter of messages indexed
 
 
 @dataclass
@@ -505,7 +513,9 @@ class Cluster:
 
     async def snapshot(self) -> Snapshots:
         return Snapshots(
-            await snapshot(self.redis), None if self.shared else await snapshot(self.queue)
+            await snapshot(self.redis),
+            None if self.shared else await snapshot(self.queue),
+            await indexed(self),
         )
 
 
@@ -681,6 +691,7 @@ class Census:
     key_counts: dict[str, int] = field(default_factory=dict)
     stored_messages: int = 0  # LLEN of the session lists (sampled likewise)
     stored_entries: int = 0
+    indexed_docs: int = 0  # docs in the recall index (every user's r:stats n)
     seconds: float = 0.0
 
     def add(self, other: Census) -> None:
@@ -691,6 +702,7 @@ class Census:
         for fam, count in other.key_counts.items():
             self.key_counts[fam] = self.key_counts.get(fam, 0) + count
         self.seconds += other.seconds
+        self.indexed_docs += other.indexed_docs
 
 
 async def census(redis: Any, layout: KeyLayout, max_keys: int, log: Log) -> Census:
@@ -716,16 +728,24 @@ async def census(redis: Any, layout: KeyLayout, max_keys: int, log: Log) -> Cens
                 out.stored_entries += next(replies) * out.step
         batch.clear()
 
+    doc_counts: list[str] = []
     async for raw in redis.scan_iter(count=2000):
         key = raw.decode()
         fam = family(key, layout)
         counts[fam] += 1
+        if key.endswith(":r:stats"):
+            doc_counts.append(key)
         if out.step == 1 or zlib.crc32(raw) % out.step == 0:
             batch.append((key, fam))
             if len(batch) >= 1000:
                 await measure()
     if batch:
         await measure()
+    for i in range(0, len(doc_counts), 1000):
+        pipe = redis.pipeline(transaction=False)
+        for key in doc_counts[i : i + 1000]:
+            pipe.hget(key, "n")
+        out.indexed_docs += sum(int(n or 0) for n in await pipe.execute())
     out.bytes = dict(sizes)
     out.key_counts = dict(counts)
     out.seconds = time.perf_counter() - started
@@ -888,6 +908,7 @@ async def bench(plan: Plan, log: Log) -> dict[str, Any]:
                 "drain_seconds": drain_seconds,
                 "drained": is_drained,
                 "drain_messages_per_s": drain_rate,
+                "fleet_indexed": s2.indexed - s_go.indexed,
                 "workers_messages_per_s": phase2.messages / (phase2.seconds + drain_seconds),
                 "client_cpu_us_per_write": (phase1.cpu_seconds + phase2.cpu_seconds) / writes * 1e6,
             },
@@ -952,34 +973,82 @@ def _pcts(samples: list[float]) -> dict[str, float]:
 
 
 def parameters(res: dict[str, Any]) -> dict[str, float]:
-    """The cost model's parameters (docs/capacity.md) from a run."""
-    plan = res["plan"]
-    msgs = res["written"]["messages"]
-    sessions = res["written"]["sessions"]
-    users = res["written"]["users"]
+    """The cost model's parameters (docs/capacity.md, same names) from a run."""
+    w, cpu = res["written"], res["cpu"]
     c = res["memory"]["census"]
     b: dict[str, float] = c["bytes"]
 
-    def total(scope: str) -> float:
+    def scoped(scope: str) -> float:
         return sum(v for f, v in b.items() if SCOPES.get(f) == scope and f not in INDEX_FAMILIES)
 
-    stored = max(1, c["stored_messages"])
-    session_list = b.get("session list (s:S:msgs)", 0.0) + b.get("entries (s:S:entries)", 0.0)
+    stored = b.get("session list (s:S:msgs)", 0.0) + b.get("entries (s:S:entries)", 0.0)
+    write_ids = b.get("write ids (s:S:writes)", 0.0)
+    # Per message in the index: a census taken before the drain ended (a
+    # timed-out drain) divides by the docs indexed, not the messages written.
+    indexed = c.get("indexed_docs") or w["messages"]
     return {
-        "B_index": sum(b.get(f, 0.0) for f in INDEX_FAMILIES) / msgs,
-        "B_stored": session_list / stored,
-        "stored_per_session": c["stored_messages"] / sessions,
-        "B_session": (total("session") - session_list) / sessions,
-        "B_user": total("user") / users,
-        "B_queue": total("run") / msgs,
-        "cpu_write_us": res["cpu"]["redis_us_per_write"],
-        "write_script_us": res["cpu"]["write_script_us"],
-        "cpu_worker_us": res["cpu"]["redis_workers_us_per_message"],
-        "messages_per_write": msgs / res["written"]["writes"],
-        "worker_cpu_us": res["cpu"]["worker_process_cpu_us_per_message"],
-        "keep_recent": plan["keep_recent"],
-        "batch": plan["batch"],
+        "B_index": sum(b.get(f, 0.0) for f in INDEX_FAMILIES) / indexed,
+        "B_stored": stored / max(1, c["stored_messages"]),
+        "k_stored": c["stored_messages"] / w["sessions"],
+        "B_session": (scoped("session") - stored - write_ids) / w["sessions"],
+        "B_write_id": write_ids / w["writes"],
+        "B_user": scoped("user") / w["users"],
+        "B_queue": scoped("run") / w["messages"],
+        "overhead": res["memory"]["used_memory_delta"] / max(1.0, sum(b.values())),
+        "c_write_us": cpu["redis_us_per_write"],
+        "c_worker_us": cpu["redis_workers_us_per_message"],
+        "q_write_us": cpu["queue_us_per_write"],
+        "q_worker_us": cpu["queue_workers_us_per_message"],
+        "write_script_us": cpu["write_script_us"],
+        "worker_cpu_us": cpu["worker_process_cpu_us_per_message"],
+        "worker_msgs_per_s": res["throughput"]["drain_messages_per_s"] / res["plan"]["workers"],
+        "messages_per_write": w["messages"] / w["writes"],
     }
+
+
+def predicted_memory(
+    p: dict[str, float], users: int, sessions: int, messages: int, writes: int
+) -> float:
+    """docs/capacity.md's memory model: ``used_memory`` of ``users`` users
+    holding ``sessions`` live sessions of ``messages`` indexed messages written
+    in ``writes`` writes."""
+    dataset = (
+        messages * (p["B_index"] + p["B_queue"])
+        + sessions * (p["B_session"] + p["k_stored"] * p["B_stored"])
+        + writes * p["B_write_id"]
+        + users * p["B_user"]
+    )
+    return dataset * p["overhead"]
+
+
+def model_check(res: dict[str, Any], p: dict[str, float]) -> list[str]:
+    """docs/capacity.md's model against this run: memory (from ``p``, which
+    may come from another run) and the servers' CPU while the fleet wrote."""
+    w, tp, cpu = res["written"], res["throughput"], res["cpu"]
+    memory = predicted_memory(p, w["users"], w["sessions"], w["messages"], w["writes"])
+    measured = res["memory"]["used_memory_delta"]
+    # Messages the workers indexed while the clients wrote: the counter at the
+    # end of the drain less what the drain indexed.
+    indexed = (
+        res["workers"].get("messages_indexed", 0) - tp["drain_messages_per_s"] * tp["drain_seconds"]
+    )
+    seconds = tp["fleet_write_seconds"]
+    writes_per_s = tp["fleet_writes_per_s"]
+    lines = [
+        f"  memory: predicted {memory / 2**20:,.0f} MiB, measured (used_memory change) "
+        f"{measured / 2**20:,.0f} MiB ({memory / max(1, measured):.2f}x)"
+    ]
+    for label, per_write, per_msg, util in (
+        ("memory server", p["c_write_us"], p["c_worker_us"], cpu["redis_fleet_utilization"]),
+        ("queue server", p["q_write_us"], p["q_worker_us"], cpu["queue_fleet_utilization"]),
+    ):
+        guess = (writes_per_s * per_write + indexed / seconds * per_msg) / 1e6
+        lines.append(
+            f"  {label} CPU while the fleet wrote ({writes_per_s:,.0f} writes/s, "
+            f"{indexed / seconds:,.0f} messages/s indexed): predicted {guess:.2f} cores, "
+            f"measured {util:.2f}"
+        )
+    return lines
 
 
 def report(res: dict[str, Any]) -> str:
@@ -1085,14 +1154,15 @@ def report(res: dict[str, Any]) -> str:
         f"  {'of which the recall index':48}{'':>10}{index / 2**20:>10,.1f}{index / msgs:>10,.0f}",
         f"  stored after compaction: {c['stored_messages']:,} messages in the session lists "
         f"({c['stored_messages'] / w['sessions']:.1f} per session), "
-        f"{c['stored_entries']:,} entries",
+        f"{c['stored_entries']:,} entries; {c.get('indexed_docs', 0):,} messages in the index",
         "",
         "docs/capacity.md parameters from this run (paste into its table after a re-run):",
     ]
-    for name, value in parameters(res).items():
-        lines.append(
-            f"  {name:22} {value:,.2f}" if isinstance(value, float) else f"  {name:22} {value}"
-        )
+    params = parameters(res)
+    for name, value in params.items():
+        lines.append(f"  {name:20} {value:>12,.2f}")
+    lines += ["", "docs/capacity.md's model against this run, with these parameters:"]
+    lines += model_check(res, params)
     return "\n".join(lines)
 
 
