@@ -3,7 +3,8 @@
 -- filtered. Read-only. Format 1 (r: keys) is bounded: at most ARGV postings
 -- per query term, and a walk of at most MAX_WALK candidates through the
 -- filters. Format 2 (i: keys, i:meta v = 2) is exact: every posting of the
--- query terms, no cap (see search2 below).
+-- query terms, no cap (see search2 below); its no-query walk reads at
+-- most NEWEST_MAX_WALK docs.
 -- include: _recall _postings
 -- KEYS[1..6]  the user's format-2 keys (RecallKeys.index_keys): i:meta,
 --             i:rec, i:docs, i:sess, i:spk, i:dead
@@ -25,6 +26,7 @@
 -- number, zlib block}.
 local MAX_WALK = 5000
 local NEWEST_WINDOW = 512
+local NEWEST_MAX_WALK = 50000
 local prefix, now, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local min_score = tonumber(ARGV[4])
 local since, till = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -137,6 +139,8 @@ local function search2()
     -- every docid, downwards. Docids follow indexing order, which may lag
     -- the write time a little (sessions indexed by different passes): the
     -- walk goes NEWEST_WINDOW docids past the limit-th hit, then sorts.
+    -- Bounded: at most NEWEST_MAX_WALK docs (filters that only the doc
+    -- table can check, role and time, may match few of them).
     local walked, stop = 0, nil
     local function take(d)
       walked = walked + 1
@@ -144,7 +148,7 @@ local function search2()
         hits[#hits + 1] = d
         if #hits == limit then stop = walked + math.max(NEWEST_WINDOW, 4 * limit) end
       end
-      return stop ~= nil and walked >= stop
+      return (stop ~= nil and walked >= stop) or walked >= NEWEST_MAX_WALK
     end
     if flist then
       for j = #flist, 1, -1 do
