@@ -438,7 +438,8 @@ async def test_a_purge_the_clearing_client_never_ran_is_finished_by_a_worker(
     assert await raw.scard(recall.i_purge) == 1
     assert [h for h in await memory.search("tok0x7", limit=50) if h.session_id == "sess0"] == []
 
-    entry = await memory.write([user("tokextra one more")], session_id="sess1")
+    # A session the workers never saw: its job starts after the clear.
+    entry = await memory.write([user("tokextra one more")], session_id="sess9")
     await settle(memory, workers)
 
     async def purged() -> bool:
@@ -454,5 +455,5 @@ async def test_a_purge_the_clearing_client_never_ran_is_finished_by_a_worker(
         for value in await key_values(raw, key):
             assert b"tok0x" not in value, (key, value[:200])
     kept = {t: v for t, v in expected.items() if v[0] == "sess1"}
-    kept["tokextra"] = ("sess1", entry.messages[0].id)
+    kept["tokextra"] = ("sess9", entry.messages[0].id)
     await assert_exactly_once(memory, kept)

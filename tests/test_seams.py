@@ -16,6 +16,7 @@ import signal
 from typing import Any
 
 import pytest
+from helpers import key_values, keys_matching
 from worker_support import eventually, wait_ready, worker_env
 
 from redismem import Memory
@@ -192,8 +193,7 @@ async def test_writes_racing_clear_user_are_kept_and_indexed_exactly_once(
             assert texts == [kept[ident]]  # ...exactly once, with its own text
         epoch = mem.backend.epochs.get("u")
         recall = mem.layout.recall("u", epoch)
-        docs, n = await raw.hlen(recall.docs), await raw.hget(recall.stats, "n")
-        assert docs == len(kept) == int(n or 0)
+        assert int(await raw.hget(recall.i_meta, "n") or 0) == len(kept)
     finally:
         await mem.aclose()
 
@@ -471,9 +471,10 @@ async def test_a_clear_whose_caller_dies_halfway_is_finished_by_the_workers(
 async def test_docs_of_a_clear_that_died_before_forgetting_them_are_forgotten_by_the_workers(
     redis_url: str, workers: Any, raw_factory: Any, namespace: str, queue_name: str
 ) -> None:
-    """clear() sets the session's docs aside (a grave) in its script, then
-    forgets them: a caller that dies in between leaves the grave, which the
-    next job of the user's workers drains."""
+    """clear() tombstones the session's docs in its script (format 2: its
+    ordinal listed in i:purge), then purges them: a caller that dies in
+    between leaves the purge, which the next job of the user's workers
+    finishes, leaving no word of the session in any key."""
     from redismem.core.keys import grave_suffix
 
     raw = await raw_factory(redis_url)
@@ -492,15 +493,19 @@ async def test_docs_of_a_clear_that_died_before_forgetting_them_are_forgotten_by
         await mem.backend.scripts.clear(
             keys, recall_keys, session_id="a", grave=grave_suffix("a", "t1")
         )
-        assert await raw.scard(recall_keys.graves) == 1
+        assert await raw.scard(recall_keys.i_purge) == 1  # format 2: the purge left
         await mem.write([{"role": "user", "content": "another day"}], session_id="b", user_id="u")
         assert await mem.flush(user_id="u", timeout=30)
 
         async def forgotten() -> bool:
-            return not await raw.exists(recall_keys.graves)
+            return not await raw.exists(recall_keys.i_purge)
 
-        await eventually(forgotten, within=30, what="the grave drained by the job")
+        await eventually(forgotten, within=30, what="the purge finished by the job")
         assert await mem.search("zebras", user_id="u") == []
+        for key in await keys_matching(raw, mem.layout.user_pattern("u")):
+            assert b"zebra" not in key
+            for value in await key_values(raw, key):  # 2 docs: no sealed block
+                assert b"zebra" not in value, key
         assert [h.message.content for h in await mem.search("day", user_id="u")] == ["another day"]
     finally:
         await mem.aclose()
