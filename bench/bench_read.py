@@ -21,10 +21,13 @@ rotated every round:
   with what it changes in one run.
 
 Per side and round: reads/s of 16 tasks (sessions taken in turn), then
-sequential reads: p50 µs and the server's µs per read (``INFO
-commandstats``, all commands, measured by the child around its sequential
-reads). Reported: the median over rounds of each, and of the per-round
-ratio to ``raw`` (the pairing removes most of the machine's drift).
+sequential reads: p50 µs, the server's µs per read in commands (``INFO
+commandstats``: ``MULTI`` + ``EXEC`` for redismem, whose ``EXEC`` includes
+the script and both ``LRANGE``; ``LRANGE`` for raw) and its CPU µs per read
+(``INFO cpu``, user + system: also the network and the event loop), both
+measured by the child around its sequential reads. Reported: the median
+over rounds of each, and of the per-round ratio to ``raw`` (the pairing
+removes most of the machine's drift).
 
     .venv/bin/python bench/bench_read.py                          # about 2 minutes
     .venv/bin/python bench/bench_read.py --baseline /work/main    # with main paired
@@ -81,8 +84,18 @@ async def fill(url: str, sessions: int, users: int, per: int) -> None:
 # -- a child: one side, one measurement per line read from stdin ---------------
 
 
-def server_usec(client: redis.Redis) -> float:
-    return float(sum(v["usec"] for v in client.info("commandstats").values()))
+def server_usec(client: redis.Redis) -> tuple[float, float]:
+    """The server's µs in commands run by clients (a ``MULTI`` block counts
+    as its ``EXEC``, which includes what runs inside it; the ``INFO`` calls
+    themselves left out), and its CPU µs (user + system: also the network
+    and the event loop)."""
+    stats = {k.removeprefix("cmdstat_"): v["usec"] for k, v in client.info("commandstats").items()}
+    if "exec" in stats:
+        commands = stats["exec"] + stats.get("multi", 0)
+    else:
+        commands = sum(v for k, v in stats.items() if k != "info")
+    cpu = client.info("cpu")
+    return float(commands), (cpu["used_cpu_user"] + cpu["used_cpu_sys"]) * 1e6
 
 
 async def child(side: str, url: str, sessions: int, users: int, reads: int) -> None:
@@ -115,13 +128,20 @@ async def child(side: str, url: str, sessions: int, users: int, reads: int) -> N
     for _line in sys.stdin:
         rate = await throughput(TASKS, ops, lambda t, i: op(t * ops + i))
         lat = []
-        before = server_usec(client)
+        client.config_resetstat()
+        _, cpu_before = server_usec(client)
         for i in range(reads):
             t0 = time.perf_counter()
             await op(i)
             lat.append((time.perf_counter() - t0) * 1e6)
-        served = (server_usec(client) - before) / reads
-        print(json.dumps({"rate": rate, "p50": percentile(lat, 50), "server": served}), flush=True)
+        commands, cpu_after = server_usec(client)
+        result = {
+            "rate": rate,
+            "p50": percentile(lat, 50),
+            "server": commands / reads,
+            "cpu": (cpu_after - cpu_before) / reads,
+        }
+        print(json.dumps(result), flush=True)
     await close()
     client.close()
 
@@ -203,7 +223,7 @@ def main() -> None:
         base = results[RAW]
         print(
             f"  {'side':34}{'reads/s':>9}{'vs raw':>8}{'p50 µs':>9}{'vs raw':>8}"
-            f"{'server µs':>11}  per-round reads/s ratios"
+            f"{'server µs':>11}{'cpu µs':>8}  per-round reads/s ratios"
         )
         for name, rows in results.items():
             ratios = [row["rate"] / b["rate"] for row, b in zip(rows, base, strict=True)]
@@ -211,7 +231,7 @@ def main() -> None:
             print(
                 f"  {name:34}{median(r['rate'] for r in rows):9,.0f}{median(ratios):8.2f}"
                 f"{median(r['p50'] for r in rows):9.0f}{median(lat):8.2f}"
-                f"{median(r['server'] for r in rows):11.1f}  "
+                f"{median(r['server'] for r in rows):11.1f}{median(r['cpu'] for r in rows):8.1f}  "
                 + " ".join(f"{x:.2f}" for x in ratios)
             )
 
