@@ -252,13 +252,13 @@ TOUCH_LADDER: tuple[Rung, ...] = (
     ),
     Rung(
         "accessed + TTL",
-        "TIME, HSET meta accessed, touch_session (TTL not due)",
+        "TIME, touch_session (TTL not due), HSET meta accessed when it moves by 1 s",
         (("if ttl >= 0 then\n", "if false then\n"),),
     ),
     Rung(
         "meta load",
-        "HMGET meta, 8 fields (load_meta)",
-        (("local meta = load_meta(KEYS[2])\n", "local meta = {seq = len}\n"),),
+        "HMGET meta, 9 fields (load_meta)",
+        (("local meta = load_meta(KEYS[2], 'accessed')\n", "local meta = {seq = len}\n"),),
     ),
     Rung(
         "LLEN",
@@ -311,20 +311,24 @@ TOUCH_AMPLIFIED: tuple[tuple[str, str, str], ...] = (
         "\nlocal len = redis.call('LLEN', KEYS[1])\n",
         "\nfor _ = 1, %d do redis.call('LLEN', KEYS[1]) end",
     ),
-    WRITE_AMPLIFIED[1],
+    (
+        "meta load (HMGET, 9 fields, table)",
+        "local meta = load_meta(KEYS[2], 'accessed')\n",
+        "for _ = 1, %d do load_meta(KEYS[2], 'accessed') end\n",
+    ),
     (
         "integrity check (TYPE entries)",
         "local broken = integrity_error(meta, len)\n",
         "for _ = 1, %d do integrity_error(meta, len) end\n",
     ),
     (
-        "accessed (TIME, HSET)",
-        "  redis.call('HSET', KEYS[2], 'accessed', now)\n",
+        "accessed (TIME, HSET when moved by 1 s)",
+        "  local slid = touch_session(ttl, now, ARGV[2], meta.exp)\n",
         "  for _ = 1, %d do redis.call('HSET', KEYS[2], 'accessed', now_ms()) end\n",
     ),
     (
         "TTL check (touch_session, not due)",
-        "  touch_session(ttl, now, ARGV[2], meta.exp)\n",
+        "  local slid = touch_session(ttl, now, ARGV[2], meta.exp)\n",
         "  for _ = 1, %d do touch_session(ttl, now, ARGV[2], meta.exp) end\n",
     ),
 )

@@ -618,8 +618,9 @@ class Memory:
                         refresh_ttl=refresh,
                         with_summary=False,
                     )
-                created = codec.parse_covering(result.covering, keys.entries)
-                return codec.decode_messages(result.messages, result.first_seq, created, keys.msgs)
+                first = result.first_seq
+                created = codec.parse_covering(result.covering, keys.entries, first)
+                return codec.decode_messages(result.messages, first, created, keys.msgs)
 
             try:
                 messages = await read(keys)
@@ -628,7 +629,8 @@ class Memory:
                 messages = await self._backend.in_session(uid, sid, read)
         if not keep_orphans:
             messages = drop_orphan_tool_results(messages)
-        await self._call_hook("on_read", sid, uid, messages)
+        if self._config.on_read is not None:
+            await self._call_hook("on_read", sid, uid, messages)
         return messages
 
     async def summary(self, *, session_id: str, user_id: str = "default") -> Summary | None:

@@ -249,3 +249,63 @@ async def test_a_session_written_again_after_expiry_keeps_its_new_tags(make_memo
     assert await brief.sessions(tags={"gen": "old"}) == []
     tag_members = await raw.zrange(keeper.layout.tagidx("default"), 0, -1)
     assert not any(b"old" in m for m in tag_members), tag_members
+
+
+async def _server_ms(raw) -> int:
+    seconds, micros = await raw.time()
+    return seconds * 1000 + micros // 1000
+
+
+@pytest.mark.parametrize("limit", [None, 5], ids=["tail", "budget"])
+async def test_a_read_records_its_access_when_it_moves_by_a_second(
+    make_memory, raw, namespace, is_embedded, limit
+):
+    # meta `accessed` is within a second of the last read or write: a read
+    # writes it only when it would move by 1 s or more (or the TTL slides), so
+    # most reads write nothing at all (no AOF or replica traffic).
+    mem = await make_memory(ttl=DAY)
+    await mem.write([user("a")], session_id="s")
+    meta = mem.layout.session("default", "s").meta
+
+    async def read() -> None:
+        if limit is None:
+            await mem.read(session_id="s")
+        else:
+            await mem.read(session_id="s", limit=limit, max_tokens=1_000)
+
+    long_ago = await _server_ms(raw) - 5_000
+    await raw.hset(meta, "accessed", long_ago)
+    before = await _server_ms(raw)
+    await read()
+    assert int(await raw.hget(meta, "accessed")) >= before
+
+    for _ in range(5):  # a loaded machine may take a second between the calls
+        recent = await _server_ms(raw)
+        await raw.hset(meta, "accessed", recent)
+        changes = None if is_embedded else await _changes(raw)
+        await read()
+        if await _server_ms(raw) - recent >= 900:
+            continue
+        assert int(await raw.hget(meta, "accessed")) == recent
+        if changes is not None:
+            assert await _changes(raw) == changes  # the read wrote nothing
+        break
+    else:
+        pytest.fail("no read came within 900 ms of the one before")
+
+
+async def _changes(raw) -> int | None:
+    """Writes since the last save (None where the server does not say: a cluster)."""
+    found = (await raw.info("persistence")).get("rdb_changes_since_last_save")
+    return None if found is None else int(found)
+
+
+async def test_a_read_that_slides_the_ttl_records_its_access(make_memory, raw, namespace):
+    mem = await make_memory(ttl=5)  # the TTL slides once its 156 ms slack is gone
+    await mem.write([user("a")], session_id="s")
+    meta = mem.layout.session("default", "s").meta
+    await asyncio.sleep(0.3)
+    recent = await _server_ms(raw)
+    await raw.hset(meta, "accessed", recent - 500)
+    await mem.read(session_id="s")
+    assert int(await raw.hget(meta, "accessed")) >= recent

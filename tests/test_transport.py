@@ -125,6 +125,42 @@ async def test_transaction_returns_exec_replies_and_raises_the_first_error(
     await link.execute("DEL", key)
 
 
+async def test_transactions_and_calls_across_many_tasks_get_their_own_replies(
+    link: MultiplexedConnection,
+) -> None:
+    # A transaction's replies resolve one future together (the task resumes
+    # once): they must still be exactly its own, among other tasks' calls.
+    key = f"transport:{uuid.uuid4().hex}"
+
+    async def task(n: int) -> None:
+        for i in range(30):
+            value = f"{n}-{i}".encode()
+            echoed, length = await link.transaction([("ECHO", value), ("RPUSH", key, value)])
+            assert echoed == value and isinstance(length, int)
+            assert await link.execute("ECHO", value) == value
+
+    await asyncio.gather(*(task(n) for n in range(16)))
+    assert await link.execute("LLEN", key) == 16 * 30
+    await link.execute("DEL", key)
+
+
+async def test_a_transaction_waiting_on_a_killed_connection_fails(
+    link: MultiplexedConnection, admin: aioredis.Redis
+) -> None:
+    name = await _name(link)
+    empty = f"transport:{uuid.uuid4().hex}"
+    blocked = asyncio.create_task(link.execute("BLPOP", empty, 5))
+    await asyncio.sleep(0.05)
+    behind = asyncio.create_task(link.transaction([("ECHO", "a"), ("ECHO", "b")]))
+    await asyncio.sleep(0.05)
+    (client_id,) = await _link_client_ids(admin, name)
+    await admin.client_kill_filter(_id=client_id)
+    for task in (blocked, behind):
+        with pytest.raises(rexc.ConnectionError):
+            await asyncio.wait_for(task, 2)
+    assert await link.transaction([("ECHO", "c")]) == [b"c"]
+
+
 async def test_a_call_that_gives_up_never_receives_another_calls_reply(
     link: MultiplexedConnection,
 ) -> None:

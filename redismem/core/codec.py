@@ -64,6 +64,23 @@ def ms_to_datetime(ms: int | float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+#: Entry times already converted (a ``datetime`` is immutable, so shared):
+#: a session read again and again, as agents do each turn, converts only its
+#: new entries' times. Emptied when full.
+_ENTRY_TIMES: dict[int, datetime] = {}
+_ENTRY_TIMES_KEPT = 4096
+
+
+def entry_time(ms: int) -> datetime:
+    """``ms_to_datetime`` of an entry's created time, converted once per process."""
+    when = _ENTRY_TIMES.get(ms)
+    if when is None:
+        if len(_ENTRY_TIMES) >= _ENTRY_TIMES_KEPT:
+            _ENTRY_TIMES.clear()
+        when = _ENTRY_TIMES[ms] = ms_to_datetime(ms)
+    return when
+
+
 class _Packers(threading.local):
     # A Packer per thread, reused: msgpack.packb builds one per call, which
     # costs more than packing a message (a failed pack resets the buffer).
@@ -102,14 +119,18 @@ def decode_messages(
     ``(first_seq, created_ms)`` of the entries covering them, ascending; a
     message takes its entry's time. Raises ``CorruptData`` for an element
     that is not a stored message of a known schema version."""
+    # The hot path of every read: a message of the usual shape (format 2,
+    # role and content only) is built here directly, anything else by
+    # ``_message``; both build what ``Message`` validation would.
     out: list[Message] = []
-    # Entry times, converted once per entry and only for entries in use.
+    append = out.append
     starts = [first for first, _ in created]
     entry = -1
     next_start = starts[0] if starts else None
     when: datetime | None = None
     seq = first_seq
     unpackb = msgpack.unpackb
+    role_of_head = _ROLE_OF_HEAD
     try:
         for seq, element in enumerate(raw, first_seq):
             bar = element.find(b"|")
@@ -119,17 +140,48 @@ def decode_messages(
                 # accept spaces, signs and underscores.
                 raise ValueError("no token prefix")
             fields = unpackb(element[bar + 1 :], raw=False, strict_map_key=False)
-            while next_start is not None and next_start <= seq:
-                entry += 1
-                when = ms_to_datetime(created[entry][1])
-                next_start = starts[entry + 1] if entry + 1 < len(starts) else None
-            out.append(_message(fields, f"{seq:0{_ID_WIDTH}d}", int(tokens), when))
+            if next_start is not None and next_start <= seq:
+                while next_start is not None and next_start <= seq:
+                    entry += 1
+                    next_start = starts[entry + 1] if entry + 1 < len(starts) else None
+                when = entry_time(created[entry][1])
+            if (
+                type(fields) is list
+                and len(fields) == 2
+                and type(fields[0]) is int
+                and type(fields[1]) is str
+                and fields[0] in role_of_head
+            ):
+                values: dict[str, Any] = {
+                    "role": role_of_head[fields[0]],
+                    "content": fields[1],
+                    "name": None,
+                    "tool_calls": [],
+                    "tool_call_id": None,
+                    "metadata": {},
+                    "id": str(seq).zfill(_ID_WIDTH),
+                    "created_at": when,
+                    "token_count": int(tokens),
+                }
+                append(stored_message(values, _FIELDS_SETS[when is not None].copy()))
+            else:
+                append(_message(fields, str(seq).zfill(_ID_WIDTH), int(tokens), when))
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise CorruptData(key, f"message {seq}: {exc}") from exc
     return out
 
 
+#: The role of a format 2 record, by its first field.
+_ROLE_OF_HEAD = {MESSAGE_HEAD + code: role for code, role in enumerate(ROLES)}
 _REQUIRED_FIELDS = frozenset({"role", "content", "id", "token_count"})
+#: The fields set of a decoded message by its shape, a bit per optional field
+#: present (in this order), built once; each message gets a copy (never
+#: changed here: a set copies faster than a frozenset converts).
+_OPTIONAL_FIELDS = ("created_at", "name", "tool_calls", "tool_call_id", "metadata")
+_FIELDS_SETS = tuple(
+    set(_REQUIRED_FIELDS) | {f for bit, f in enumerate(_OPTIONAL_FIELDS) if shape >> bit & 1}
+    for shape in range(1 << len(_OPTIONAL_FIELDS))
+)
 
 
 def _message(fields: Any, id_: str, tokens: int, when: datetime | None) -> Message:
@@ -149,23 +201,21 @@ def _message(fields: Any, id_: str, tokens: int, when: datetime | None) -> Messa
         raise ValueError("not a message record of a known schema version")
     if type(content) is not str:
         raise ValueError("content is not a str")
-    fields_set = set(_REQUIRED_FIELDS)
-    if when is not None:
-        fields_set.add("created_at")
+    shape = 0 if when is None else 1
     if name is not None:
         _check_str(name, "name")
-        fields_set.add("name")
+        shape |= 2
     tool_calls = []
     if calls:
         tool_calls = [_tool_call(call) for call in calls]
-        fields_set.add("tool_calls")
+        shape |= 4
     if call_id is not None:
         _check_str(call_id, "tool_call_id")
-        fields_set.add("tool_call_id")
+        shape |= 8
     if metadata:
         if type(metadata) is not dict:
             raise ValueError("metadata is not a map")
-        fields_set.add("metadata")
+        shape |= 16
     values = {
         "role": ROLES[role_code],
         "content": content,
@@ -177,7 +227,7 @@ def _message(fields: Any, id_: str, tokens: int, when: datetime | None) -> Messa
         "created_at": when,
         "token_count": tokens,
     }
-    return stored_message(values, fields_set)
+    return stored_message(values, _FIELDS_SETS[shape].copy())
 
 
 def _tool_call(call: Any) -> ToolCall:
@@ -196,17 +246,24 @@ def _check_str(value: Any, what: str) -> None:
         raise ValueError(f"{what} is not a str")
 
 
-def parse_covering(covering: Sequence[bytes], key: str) -> list[tuple[int, int]]:
-    """``(first_seq, created_ms)`` ascending, from the scripts' newest-first
-    ``b"first_seq,created_ms"`` list."""
+def parse_covering(
+    covering: Sequence[bytes], key: str, first_seq: int = 0
+) -> list[tuple[int, int]]:
+    """``(first_seq, created_ms)`` ascending, from entry records newest first,
+    whole or their ``b"first_seq,created_ms"`` prefix (as the scripts return
+    them), down to the one holding message ``first_seq`` (0: all of them)."""
+    out = []
     try:
-        out = []
-        for item in reversed(covering):
-            first, created = item.split(b",")
-            out.append((int(first), int(created)))
-        return out
-    except ValueError as exc:
+        for item in covering:
+            parts = item.split(b",", 2)
+            first = int(parts[0])
+            out.append((first, int(parts[1])))
+            if first <= first_seq:
+                break
+    except (ValueError, IndexError) as exc:
         raise CorruptData(key, f"entry record: {exc}") from exc
+    out.reverse()
+    return out
 
 
 @dataclass(frozen=True, slots=True)

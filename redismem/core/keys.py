@@ -223,7 +223,7 @@ SESSION_META_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
         "writes": "writes (entries) so far",
         "exp": "deadline given to the session's keys (ms), 'inf': none",
         "created": "ms of the first write",
-        "accessed": "ms of the last read or write",
+        "accessed": "ms of the last write or read (a read moves it by 1 s or more: <= 1 s behind)",
         "gen": "the incarnation: the first write's id",
         "trimmed": "messages dropped by max_messages",
         "wm": "summary watermark: seq of the last summarized message",

@@ -189,18 +189,6 @@ class IndexDoc:
     postings: Mapping[str, float]
 
 
-async def _loading(
-    run: Callable[[], Awaitable[list[Any]]], load: Callable[[], Awaitable[Any]]
-) -> list[Any]:
-    """``run()``, loading the script with ``load()`` first if the server lost
-    it (a restart or failover empties the script cache)."""
-    try:
-        return await run()
-    except rexc.NoScriptError:
-        await load()
-        return await run()
-
-
 async def _write_result(call: Awaitable[Any]) -> WriteResult:
     first, created, stored, trimmed, since, pending, duplicate = await call
     return WriteResult(first, created, stored, trimmed, since, bool(pending), bool(duplicate))
@@ -425,15 +413,9 @@ class ScriptRunner:
             )
         if not raw or not seq:
             return ReadResult(0, [], [], None)
-        first_seq = seq - len(raw) + 1
-        covering: list[bytes] = []
-        for record in reversed(records):
-            prefix = b",".join(record.split(b",", 2)[:2])
-            covering.append(prefix)
-            first = prefix.split(b",", 1)[0]
-            if not first.isdigit() or int(first) <= first_seq:
-                break
-        return ReadResult(first_seq, raw, covering, None)
+        # Whole entry records, newest first: codec.parse_covering reads their
+        # "first_seq,created_ms" prefix, down to the record holding first_seq.
+        return ReadResult(seq - len(raw) + 1, raw, records[::-1], None)
 
     async def _tail_once(
         self, keys: SessionKeys, session_id: str, limit: int, ttl: int
@@ -468,17 +450,20 @@ class ScriptRunner:
         deadline: float,
     ) -> list[Any]:
         touch = self._script("touch")
-        script_keys, script_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         start, stop = (1, 0) if limit == 0 else (0 if limit < 0 else -limit, -1)
+        msgs = keys.msgs
+        script_keys, script_args = guarded(keys, keys.script_keys(), [ttl, session_id])
         commands = [
             ("EVALSHA", touch.sha, len(script_keys), *script_keys, *script_args),
-            ("LRANGE", keys.msgs, start, stop),
+            ("LRANGE", msgs, start, stop),
             ("LRANGE", keys.entries, start, stop),
         ]
-        return await _loading(
-            lambda: link.transaction(commands, key=keys.msgs, deadline=deadline),
-            lambda: link.execute("SCRIPT", "LOAD", touch.script, key=keys.msgs, deadline=deadline),
-        )
+        try:
+            return await link.transaction(commands, key=msgs, deadline=deadline)
+        except rexc.NoScriptError:
+            # A restarted or failed-over server lost its script cache.
+            await link.execute("SCRIPT", "LOAD", touch.script, key=msgs, deadline=deadline)
+            return await link.transaction(commands, key=msgs, deadline=deadline)
 
     async def snapshot(
         self, keys: SessionKeys, *, session_id: str, refresh_ttl: int, with_messages: bool

@@ -95,12 +95,37 @@ def _settled(futures: Sequence[ReplyFuture]) -> Iterator[None]:
         raise
 
 
+class _Group:
+    """The calls of one group (a ``MULTI`` block) in ``_Protocol.waiting``,
+    one entry per call: their replies are collected and resolve the group's
+    one future with the list, so the waiting task resumes once rather than
+    once per reply. Duck-types the part of ``ReplyFuture`` the protocol uses."""
+
+    __slots__ = ("future", "replies", "size")
+
+    def __init__(self, future: ReplyFuture, size: int) -> None:
+        self.future = future
+        self.replies: list[Any] = []
+        self.size = size
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, reply: Any) -> None:
+        self.replies.append(reply)
+        if len(self.replies) == self.size:
+            self.future.set_result(self.replies)
+
+    def set_exception(self, error: BaseException) -> None:
+        self.future.set_exception(error)
+
+
 class _Protocol(asyncio.Protocol):
     """The connection's state: the reply parser and the calls waiting, in order."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: deque[ReplyFuture] = deque()
+        self.waiting: deque[ReplyFuture | _Group] = deque()
         #: The loop time by which each waiting call wants its reply.
         self.deadlines: deque[float] = deque()
         self.closed = False
@@ -157,6 +182,21 @@ class _Protocol(asyncio.Protocol):
         if self._timer is None and deadline < math.inf:
             self._timer = loop.call_at(deadline, self._check_deadline)
         return futures
+
+    def send_group(self, commands: Sequence[Sequence[Any]], deadline: float) -> ReplyFuture:
+        """``send``, with one future for the list of the replies."""
+        if self.closed or self.transport is None:
+            raise rexc.ConnectionError("Connection closed.")
+        loop = asyncio.get_running_loop()
+        data = b"".join([pack_command(command) for command in commands])
+        future = ReplyFuture(loop)
+        group = _Group(future, len(commands))
+        self.waiting.extend([group] * len(commands))
+        self.deadlines.extend([deadline] * len(commands))
+        self.transport.write(data)
+        if self._timer is None and deadline < math.inf:
+            self._timer = loop.call_at(deadline, self._check_deadline)
+        return future
 
     def _check_deadline(self) -> None:
         """The watchdog: one timer per connection, not one per call. A call
@@ -316,7 +356,13 @@ class MultiplexedConnection:
     ) -> list[Any]:
         """Run ``commands`` in one ``MULTI``/``EXEC``; the first error raises
         (a command refused when queued, else one that failed inside)."""
-        replies = await self._replies([("MULTI",), *commands, ("EXEC",)], deadline)
+        protocol = self._live() or await self._connected()
+        sent = protocol.send_group([("MULTI",), *commands, ("EXEC",)], deadline)
+        try:
+            replies: list[Any] = await sent
+        except asyncio.CancelledError:
+            self._cancelled(protocol, sent)
+            raise
         for reply in replies[1:-1]:
             if isinstance(reply, hiredis.ReplyError):
                 raise self._failed(reply)
@@ -360,11 +406,15 @@ class MultiplexedConnection:
         try:
             return await future
         except asyncio.CancelledError:
-            # Out of time with the reply outstanding: the connection may be
-            # stalled or half dead; start afresh rather than queue behind it.
-            if not future.done() or future.cancelled():
-                self._drop(protocol, rexc.TimeoutError("a call on this connection ran out of time"))
+            self._cancelled(protocol, future)
             raise
+
+    def _cancelled(self, protocol: _Protocol, future: ReplyFuture) -> None:
+        """A call was cancelled awaiting ``future``: out of time with the reply
+        outstanding, the connection may be stalled or half dead; start afresh
+        rather than queue behind it."""
+        if not future.done() or future.cancelled():
+            self._drop(protocol, rexc.TimeoutError("a call on this connection ran out of time"))
 
     def _drop(self, protocol: _Protocol, error: rexc.RedisError) -> None:
         protocol.close(error)

@@ -16,7 +16,7 @@ local max_tokens = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta(KEYS[2])
+local meta = load_meta(KEYS[2], 'accessed')
 local broken = integrity_error(meta, len)
 if broken then return broken end
 local seq = meta and meta.seq or 0
@@ -85,7 +85,10 @@ end
 
 if ttl >= 0 and meta ~= nil then
   local now = now_ms()
-  redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[4], meta.exp)
+  -- As in touch.lua: `accessed` moves only by a second or more, or with the TTL.
+  local slid = touch_session(ttl, now, ARGV[4], meta.exp)
+  if slid or now - (tonumber(meta.accessed) or 0) >= 1000 then
+    redis.call('HSET', KEYS[2], 'accessed', now)
+  end
 end
 return {first_seq, out, covering, summary}

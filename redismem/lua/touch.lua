@@ -9,13 +9,17 @@
 -- Errors: REDISMEM_CORRUPT when the session's keys were evicted apart.
 local ttl = tonumber(ARGV[1])
 local len = redis.call('LLEN', KEYS[1])
-local meta = load_meta(KEYS[2])
+local meta = load_meta(KEYS[2], 'accessed')
 local broken = integrity_error(meta, len)
 if broken then return broken end
 if meta == nil then return {0, 0} end
 if ttl >= 0 then
   local now = now_ms()
-  redis.call('HSET', KEYS[2], 'accessed', now)
-  touch_session(ttl, now, ARGV[2], meta.exp)
+  -- meta `accessed` moves only by a second or more, or with the TTL: most
+  -- reads write nothing (no AOF or replica traffic).
+  local slid = touch_session(ttl, now, ARGV[2], meta.exp)
+  if slid or now - (tonumber(meta.accessed) or 0) >= 1000 then
+    redis.call('HSET', KEYS[2], 'accessed', now)
+  end
 end
 return {meta.seq, len}
