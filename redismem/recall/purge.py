@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = ["forget_cleared", "purge_cleared"]
 
-#: Lists rewritten per script call.
+#: Lists rewritten per script call, and their bytes at most (a list longer
+#: than that goes alone): each call decodes what it rewrites, so this bounds
+#: how long one call holds the server.
 LISTS_PER_CALL = 200
+BYTES_PER_CALL = 256 * 1024
 #: Attempts of the final call while record blocks are being sealed meanwhile.
 _FINAL_ATTEMPTS = 10
 
@@ -60,8 +63,19 @@ async def _purge(backend: Backend, recall: RecallKeys, ordinal: int) -> None:
         if docid in created:
             lists |= record_lists(record, created[docid], recall.i_rec)
     ordered = sorted(lists)
-    for start in range(0, len(ordered), LISTS_PER_CALL):
-        chunk = ordered[start : start + LISTS_PER_CALL]
+    sizes = await backend.call(
+        functools.partial(_strlens, keys=[recall.i_prefix + suffix for suffix in ordered])
+    )
+    chunk: list[str] = []
+    held = 0
+    for suffix, size in zip(ordered, sizes, strict=True):
+        if chunk and (len(chunk) >= LISTS_PER_CALL or held + size > BYTES_PER_CALL):
+            await backend.scripts.index_purge(recall, ordinal=ordinal, lists=chunk)
+            chunk, held = [], 0
+        if size:
+            chunk.append(suffix)
+            held += size
+    if chunk:
         await backend.scripts.index_purge(recall, ordinal=ordinal, lists=chunk)
     for _ in range(_FINAL_ATTEMPTS):
         blocks = await _rewritten_blocks(backend, recall, docids)
@@ -125,6 +139,13 @@ async def _rewritten_blocks(
         new = postings.encode_block(kept) if any(r is not None for r in kept) else b""
         out.append((block, bytes(data), new))
     return out
+
+
+async def _strlens(redis: Any, *, keys: list[str]) -> list[int]:
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.strlen(key)
+    return [int(size) for size in await pipe.execute()]
 
 
 async def _members(redis: Any, *, key: str) -> list[int]:
