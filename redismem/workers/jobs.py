@@ -470,11 +470,9 @@ async def _give_up(
     raise would only end the job unrecorded)."""
     error = failure_text(exc)
     result = {"status": "failed", "error": error, "summarized": progress.summarized}
-    try:
-        layout = KeyLayout(namespace)
-        await stats_for(ctx, layout).record_failure(user_id, session_id, error, tries)
-    except Exception as record_exc:
-        logger.error("could not record the failure of %r: %s", session_id, record_exc)
+    # The mark goes before the failure is recorded: whoever sees the failure
+    # (an operator, a test) and writes again then marks the session anew and
+    # gets a job, instead of a write whose mark this clear would take away.
     if clear:
         try:
             backend = await backend_for(ctx, namespace)
@@ -485,6 +483,11 @@ async def _give_up(
                 session_id,
                 clear_exc,
             )
+    try:
+        layout = KeyLayout(namespace)
+        await stats_for(ctx, layout).record_failure(user_id, session_id, error, tries)
+    except Exception as record_exc:
+        logger.error("could not record the failure of %r: %s", session_id, record_exc)
     return result
 
 
