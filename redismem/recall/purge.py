@@ -57,6 +57,12 @@ async def _purge(backend: Backend, recall: RecallKeys, ordinal: int) -> None:
     own = await backend.call(functools.partial(_get, key=recall.i_session_list(ordinal)))
     docids = [docid for docid, _q in postings.decode_postings(own)] if own else []
     records = await _records(backend, recall, docids)
+    for _ in range(_FINAL_ATTEMPTS):
+        # A seal moving a record between the two reads hides it from both:
+        # read again (every doc of the list has a record).
+        if len(records) == len(docids):
+            break
+        records = await _records(backend, recall, docids)
     created = await _created(backend, recall, docids)
     lists: set[str] = set()
     for docid, record in records.items():
