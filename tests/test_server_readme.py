@@ -1,4 +1,4 @@
-"""The README's curl walkthrough of the server runs as written, against a real
+"""The curl walkthrough of docs/server.md runs as written, against a real
 ``redismem serve`` and a real worker, and does what its comments say."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ pytestmark = pytest.mark.processes
 http_server = server_support.http_server
 served = server_support.served
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "server.md"
 MARKER = "<!-- the walkthrough below runs as written in tests/test_server_readme.py -->"
 
 
 def walkthrough() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     after = text.split(MARKER, 1)[1]
     found = re.match(r"\s*```bash\n(.*?)```", after, re.DOTALL)
     assert found, "the marker must sit right above the walkthrough's bash block"
