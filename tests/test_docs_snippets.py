@@ -224,3 +224,6 @@ def test_a_snippet_whose_output_differs_fails(tmp_path: Path) -> None:
     broken = Snippet(ROOT / "README.md", 1, "await main()\n", None, None, "")
     with pytest.raises(AssertionError, match="failed"):
         run_snippet(broken, tmp_path)
+    old = "from redismem import StoreError\n"  # a deprecated name
+    with pytest.raises(AssertionError, match="DeprecationWarning"):
+        run_snippet(Snippet(ROOT / "README.md", 1, old, None, None, ""), tmp_path)
