@@ -134,3 +134,21 @@ def _slug(heading: str) -> str:
     slug = heading.strip().lower()
     slug = re.sub(r"[^\w\- ]", "", slug)
     return slug.replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_has_a_cell_per_column_in_every_row(page: Path) -> None:
+    """A row with a cell too many or too few renders badly (or not as a table)."""
+    body = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    tables: list[list[str]] = []
+    previous = ""
+    for line in body.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            tables[-1].append(line)
+        previous = line
+    for rows in tables:
+        cells = [len(re.split(r"(?<!\\)\|", row.strip().strip("|"))) for row in rows]
+        assert re.fullmatch(r"\|( *:?-+:? *\|)+", rows[1].replace(" ", "")), rows[:2]
+        assert len(set(cells)) == 1, f"{page.name}: {rows[0][:60]}... cells {cells}"
