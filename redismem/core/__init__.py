@@ -1,7 +1,7 @@
 """The Redis layer every feature builds on.
 
 URLs and connections, the retry policy and error mapping (``urls``,
-``connection``), the multiplexed transport and its reply futures
+``connection``; ``local``: the server of a ``local://PATH`` URL), the multiplexed transport and its reply futures
 (``transport``, ``replies``), the key layout (``keys``), the Lua scripts'
 registry (``lua``, the scripts in ``redismem/lua/``) and their one runner
 (``scripts``), each user's epoch and the guard that makes clears final
