@@ -26,6 +26,7 @@ from redismem.core import local
 from redismem.core.connection import server_url
 from redismem.core.urls import parse_url
 from redismem.errors import BackendUnavailable
+from redismem.server.settings import ServerSettings
 from redismem.workers.connections import redis_settings
 
 pytestmark = pytest.mark.processes
@@ -159,9 +160,10 @@ def test_two_paths_never_mix(tmp_path: Path, local_dirs: list[Path]) -> None:
 
 
 STARTER = """
-import os, sys, time
+import os, pathlib, sys, time
 from redismem.core import local
-path, go = sys.argv[1:]
+path, ready, go = sys.argv[1:]
+pathlib.Path(ready).touch()
 while not os.path.exists(go):
     time.sleep(0.005)
 local.start(path)
@@ -173,18 +175,19 @@ def test_concurrent_first_starts_start_one_server(tmp_path: Path, local_dirs: li
     path = tmp_path / "race"
     local_dirs.append(path)
     go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{n}" for n in range(4)]
     starters = [
         subprocess.Popen(
-            [sys.executable, "-c", STARTER, str(path), str(go)],
+            [sys.executable, "-c", STARTER, str(path), str(flag), str(go)],
             env=_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(4)
+        for flag in ready
     ]
-    time.sleep(1.0)  # let every interpreter reach its wait (not a timed assertion)
-    go.touch()
+    wait_until(lambda: all(flag.exists() for flag in ready), within=60)
+    go.touch()  # all four start at once
     pids = set()
     for starter in starters:
         out, err = starter.communicate(timeout=60)
@@ -212,8 +215,8 @@ def test_a_worker_attaches_and_does_the_work(tmp_path: Path, local_dirs: list[Pa
 import asyncio, sys
 from redismem import Memory
 
-async def main(url):
-    mem = await Memory.connect(url)
+async def main():
+    mem = await Memory.connect()  # REDISMEM_URL, REDISMEM_QUEUE_URL
     try:
         await mem.write([{"role": "user", "content": "I drink green tea"}], session_id="s",
                         user_id="u")
@@ -223,12 +226,12 @@ async def main(url):
     finally:
         await mem.aclose()
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main())
 """
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script, url],
-            env=_env(),
+            [sys.executable, "-c", script],
+            env=_env(REDISMEM_URL=url, REDISMEM_QUEUE_URL=url),
             capture_output=True,
             text=True,
             timeout=90,
@@ -301,6 +304,7 @@ def test_the_cli_and_arq_settings_reach_the_same_server(
     assert settings.unix_socket_path == local.socket_path(path)
     assert server_url(url) == f"unix://{local.socket_path(path)}"
     assert check_url(url) == url
+    assert ServerSettings(url=url, insecure_no_auth=True).url == url
 
 
 def test_urls_and_bad_paths(tmp_path: Path) -> None:
@@ -314,6 +318,9 @@ def test_urls_and_bad_paths(tmp_path: Path) -> None:
     afile.write_text("")
     with pytest.raises(InvalidInput, match="is not a directory") as caught:
         server_url(f"local://{afile}")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(InvalidInput, match="cannot use local://") as caught:
+        server_url(f"local://{afile}/below")
     assert "\n" not in str(caught.value)
 
 
@@ -350,11 +357,12 @@ def test_redis_server_on_path_serves_too(
 ) -> None:
     path = tmp_path / "redis"
     local_dirs.append(path)
+    real = local.shutil.which("redis-server")
     monkeypatch.setattr(local, "_bundled", lambda: None)
     monkeypatch.setattr(
         local.shutil,
         "which",
-        lambda name: "/usr/bin/redis-server" if name == "redis-server" else None,
+        lambda name: real if name == "redis-server" else None,
     )
     local.start(path)
     assert "redis-server" in (path / "server.conf").read_text().splitlines()[0]
