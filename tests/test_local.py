@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from helpers import redismem_command
 
 from redismem import InvalidInput, MissingDependency
@@ -148,6 +149,23 @@ def test_a_crashed_server_is_restarted_by_the_next_process(
     assert client(read(url, "s")) == [["kept"]]
     after = local.status(path)
     assert after.running and after.pid not in (None, crashed)
+
+
+def test_a_server_whose_socket_was_removed_is_replaced_not_doubled(
+    tmp_path: Path, local_dirs: list[Path]
+) -> None:
+    path = tmp_path / "orphan"
+    local_dirs.append(path)
+    url = local.start(path)
+    with redis.Redis.from_url(url) as raw:
+        raw.set("k", "v")
+    orphan = local.status(path).pid
+    assert orphan is not None
+    os.unlink(local.socket_path(path))  # e.g. a /tmp cleaner: the server runs on, unreachable
+    assert local.start(path) == url
+    assert not local._is_server(orphan)  # stopped (it wrote its file), not left beside the new one
+    with redis.Redis.from_url(url) as raw:
+        assert raw.get("k") == b"v"
 
 
 def test_two_paths_never_mix(tmp_path: Path, local_dirs: list[Path]) -> None:
