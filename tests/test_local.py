@@ -141,7 +141,7 @@ def test_a_crashed_server_is_restarted_by_the_next_process(
     crashed = local.status(path).pid
     assert crashed is not None
     os.kill(crashed, signal.SIGKILL)
-    wait_until(lambda: not local._is_server(crashed))
+    wait_until(lambda: not local._is_server(crashed) and not local.status(path).running)
     # What the crash leaves: a pid file naming a dead process, a socket file.
     assert (path / "server.pid").exists() and Path(local.socket_path(path)).exists()
     assert not local.status(path).running

@@ -255,9 +255,11 @@ def _ping(sock: str) -> bytes | None:
             return None
         try:
             conn.sendall(b"PING\r\n")
-            return conn.recv(64)
-        except OSError:  # it accepted the connection: a server is there
+            return conn.recv(64) or None  # closed without a word: going away
+        except TimeoutError:
             return b""
+        except OSError:  # reset: a killed server whose socket lingers a moment
+            return None
 
 
 def _pidfile(home: Path) -> int | None:
