@@ -44,11 +44,12 @@ __all__ = [
 
 EMBEDDED_URL = "memory://"
 #: URL schemes of a Redis server (every process can reach it), unlike ``memory://``.
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel", "local")
 #: The URL forms, for error messages.
 URL_FORMS = (
     "use redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://... (TLS), unix:///PATH, "
-    "redis+cluster://HOST:PORT[,HOST:PORT...] or redis+sentinel://HOST:PORT[,...]/SERVICE[/DB]"
+    "redis+cluster://HOST:PORT[,HOST:PORT...], redis+sentinel://HOST:PORT[,...]/SERVICE[/DB] "
+    "or local://PATH"
 )
 DEFAULT_TTL = timedelta(days=7)
 #: ``memory_ttl`` default: a long-term memory lives a year after its last change.

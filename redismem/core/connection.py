@@ -41,6 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
+from redismem.core import local
 from redismem.core.urls import RedisTarget, describe_url, parse_url
 from redismem.errors import (
     BackendError,
@@ -61,6 +62,7 @@ __all__ = [
     "open_redis",
     "redis_errors",
     "scan_once",
+    "server_url",
     "tls_failure",
 ]
 
@@ -164,10 +166,22 @@ def _embedded_server(name: str) -> Any:
     return server
 
 
+def server_url(url: str) -> str:
+    """The URL redis-py and arq connect to for ``url``: for ``local://PATH``
+    its server's ``unix://`` URL (the server started unless it runs, see
+    ``redismem.core.local``), else ``url`` itself."""
+    target = parse_url(url)
+    if target.kind == "local":
+        assert target.path is not None
+        return local.start(target.path)
+    return url
+
+
 def open_redis(url: str, *, connect_timeout: float = 2.0, **options: Any) -> Any:
     """A redis-py asyncio client for what ``url`` names (see ``redismem.core.urls``)
-    that never retries by itself: a ``Redis`` for one server or a Sentinel's
-    master, a ``RedisCluster`` for a cluster, fakeredis for ``memory://``.
+    that never retries by itself: a ``Redis`` for one server (``local://``:
+    its server, started unless it runs) or a Sentinel's master, a
+    ``RedisCluster`` for a cluster, fakeredis for ``memory://``.
 
     No socket timeout is set unless ``options`` asks: ``RetryPolicy`` limits
     each attempt as a whole, which is cheaper than redis-py's per-read
@@ -190,6 +204,9 @@ def open_redis(url: str, *, connect_timeout: float = 2.0, **options: Any) -> Any
         return _open_cluster(target, settings)
     if target.kind == "sentinel":
         return _open_sentinel(target, settings)
+    url = server_url(url)
+    if url.lower().startswith("unix:"):  # redis-py refuses TCP options on a unix socket
+        settings.pop("socket_keepalive", None)
     try:
         return aioredis.Redis.from_url(url, **settings)
     except ValueError as exc:

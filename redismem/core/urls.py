@@ -8,11 +8,16 @@ or the embedded backend.
 ``redis://HOST:PORT[,...]?cluster=1``                     the same
 ``redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,...]/SERVICE[/DB]``  the master Sentinel names
 ``memory://[NAME]``                                       the embedded in-process backend
+``local://PATH``                                          a server of one's own, data under PATH
 =======================================================  ==========================
 
 The credentials of a Sentinel URL are the master's; sentinels that need
 their own take ``?sentinel_password=...`` (and ``sentinel_username``).
 ``rediss+cluster://`` and ``rediss+sentinel://`` use TLS.
+
+``local://PATH`` takes PATH as written (relative to the working directory,
+``~`` expanded; ``local:///abs/path`` is absolute); ``redismem.core.local``
+starts its server when a client opens it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from redismem.errors import InvalidInput
 __all__ = ["KINDS", "RedisTarget", "describe_url", "parse_url"]
 
 #: What a URL can name.
-KINDS = ("server", "cluster", "sentinel", "embedded")
+KINDS = ("server", "cluster", "sentinel", "embedded", "local")
 _DEFAULT_PORT = 6379
 _SENTINEL_PORT = 26379
 
@@ -57,6 +62,8 @@ class RedisTarget:
     password: str | None = None
     tls: bool = False
     options: dict[str, str] = field(default_factory=dict)
+    #: The directory of a ``local://`` URL, as written.
+    path: str | None = None
 
     @property
     def is_cluster(self) -> bool:
@@ -99,9 +106,16 @@ def parse_url(url: str) -> RedisTarget:
     scheme = scheme.lower()
     if scheme == "memory":
         return RedisTarget("embedded", url)
+    if scheme == "local":
+        directory = url[len("local://") :]
+        if not directory or any(c in directory for c in "?#\0"):
+            raise _fail(url, "name a directory: local://PATH (e.g. local://.redismem)")
+        return RedisTarget("local", url, path=directory)
     base, plus, mode = scheme.partition("+")
     if base not in ("redis", "rediss", "unix") or (plus and mode not in ("cluster", "sentinel")):
-        raise _fail(url, "use redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://")
+        raise _fail(
+            url, "use redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// or local://"
+        )
     try:
         parts = urlsplit(url)
     except ValueError as exc:

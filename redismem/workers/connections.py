@@ -21,7 +21,7 @@ import redis.exceptions as rexc
 from arq.connections import ArqRedis, RedisSettings
 
 from redismem.config import check_queue_url
-from redismem.core.connection import RetryPolicy, open_redis
+from redismem.core.connection import RetryPolicy, open_redis, server_url
 from redismem.core.queue import pack_job, unpack_job
 from redismem.core.urls import parse_url
 from redismem.errors import BackendUnavailable
@@ -60,7 +60,7 @@ def redis_settings(url: str) -> RedisSettings:
             password=target.password,
         )
     else:
-        settings = RedisSettings.from_dsn(url)
+        settings = RedisSettings.from_dsn(server_url(url))
     settings.retry = outage_policy(url).for_redis_py()
     settings.retry_on_error = [rexc.ConnectionError, rexc.TimeoutError]
     settings.retry_on_timeout = True
