@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from redismem.core import local
+
 ROOT = Path(__file__).resolve().parents[1]
 NOT_RUN = re.compile(r"<!-- not run: (\S.*?) -->")
 NEEDS = re.compile(r"<!-- needs: (\w+) -->")
@@ -161,21 +163,30 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _stop_local_servers(directory: Path) -> None:
+    """A ``local://`` server keeps running after its processes exit: stop the snippet's."""
+    for conf in directory.rglob("server.conf"):
+        local.stop(conf.parent)
+
+
 def run_snippet(snippet: Snippet, tmp_path: Path, redis_url: str | None = None) -> str:
     script = tmp_path / "snippet.py"
     script.write_text(snippet.code, encoding="utf-8")
     env = _environment(tmp_path)
     if redis_url is not None:
         env["REDISMEM_URL"] = redis_url
-    result = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning:__main__", str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-W", "error::DeprecationWarning:__main__", str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+            check=False,
+        )
+    finally:
+        _stop_local_servers(tmp_path)
     assert result.returncode == 0, f"{snippet.name} failed:\n{result.stderr}"
     return result.stdout
 

@@ -387,38 +387,6 @@ def test_redis_server_on_path_serves_too(
     assert local.status(path).running
 
 
-DOC = ROOT / "docs" / "local.md"
-
-
-def _snippets() -> list[tuple[str, str | None]]:
-    """Each python block of docs/local.md and the Output block after it."""
-    text = DOC.read_text()
-    found = []
-    pattern = r"```python\n(.*?)```\n(?:\nOutput:\n\n```text\n(.*?)```)?"
-    for match in re.finditer(pattern, text, re.S):
-        found.append((match.group(1), match.group(2)))
-    return found
-
-
-def test_the_guide_snippets_run_as_written(tmp_path: Path, local_dirs: list[Path]) -> None:
-    snippets = _snippets()
-    assert snippets
-    local_dirs.append(tmp_path / ".redismem")
-    for code, output in snippets:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            env=_env(),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        if output is not None:
-            assert done.stdout == output
-
-
 def wait_until(check: object, within: float = 20.0) -> None:
     assert callable(check)
     deadline = time.monotonic() + within
