@@ -113,3 +113,54 @@ def test_without_matplotlib_one_line_names_the_extra(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("bench/plots.py needs matplotlib: pip install 'redismem[plots]'")
     assert list(tmp_path.iterdir()) == []
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A bench script as a module (the benches import their siblings by name)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            f"bench_{name}_under_test", SCRIPT.parent / f"{name}.py"
+        )
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up by name
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
+def _with_meta(results: dict[str, object]) -> dict[str, object]:
+    return {"meta": {"date": "2026-12-02 16:00 UTC", "command": "python bench/x.py"}, **results}
+
+
+def test_what_bench_core_writes_is_what_plots_reads() -> None:
+    core = _bench_module("bench_core")
+    res = core.Results(
+        write_lat={"redismem": (0.1, 0.2), "raw redis-py": (0.1, 0.2)},
+        read_lat={"redismem": (0.4, 0.6), "raw redis-py": (0.3, 0.5)},
+        seq={"redismem": (7000.0, 2000.0), "LangChain": (6000.0, 12.0)},
+        by_length={"redismem": {10: 0.4, 10_000: 0.45}, "LangChain": {10: 0.4, 10_000: 300.0}},
+    )
+    data = json.loads(json.dumps(core.results_json(res, core.QUICK, "here")))
+    plots.check_core(_with_meta(data))
+    assert data["read_p50_ms_by_length"]["LangChain"] == {"10": 0.4, "10000": 300.0}
+
+
+def test_what_bench_recall_writes_is_what_plots_reads() -> None:
+    recall = _bench_module("bench_recall")
+    res = recall.Results(
+        locomo=recall.LocomoResult(
+            {"conv-1": [(1, 3), (4, 10**9)]},
+            turns=10,
+            index_seconds=1.0,
+            baseline={"conv-1": [7, 10**9]},
+        ),
+        latency=[recall.LatencyResult(10_000, 2.0, 9.0, 3.0, 1.0, 1.0, 5.0, 9.6)],
+        lag=recall.LagResult(rate=500.0, followed=3, lags_ms=[900.0, 600.0], lost=1, delay=1.0),
+    )
+    data = json.loads(json.dumps(recall.results_json(res)))
+    plots.check_recall(_with_meta(data))
+    assert data["locomo"]["positions"] == {"redismem": [3, None], "plain BM25": [7, None]}
+    assert data["lag"]["samples_ms"] == [600.0, 900.0]
