@@ -692,7 +692,7 @@ class Census:
     key_counts: dict[str, int] = field(default_factory=dict)
     stored_messages: int = 0  # LLEN of the session lists (sampled likewise)
     stored_entries: int = 0
-    indexed_docs: int = 0  # docs in the recall index (every user's r:stats n)
+    indexed_docs: int = 0  # docs in the recall index (every user's r:stats / i:meta n)
     seconds: float = 0.0
 
     def add(self, other: Census) -> None:
@@ -734,7 +734,7 @@ async def census(redis: Any, layout: KeyLayout, max_keys: int, log: Log) -> Cens
         key = raw.decode()
         fam = family(key, layout)
         counts[fam] += 1
-        if key.endswith(":r:stats"):
+        if key.endswith((":r:stats", ":i:meta")):  # format 1's and format 2's doc count, "n"
             doc_counts.append(key)
         if out.step == 1 or zlib.crc32(raw) % out.step == 0:
             batch.append((key, fam))
