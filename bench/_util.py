@@ -6,11 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import platform
 import random
+import shlex
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from importlib import metadata
+from pathlib import Path
 from statistics import median
 from typing import Any, TypeVar
 
@@ -28,6 +34,7 @@ __all__ = [
     "throughput",
     "throwaway_redis",
     "turns",
+    "write_json",
 ]
 
 T = TypeVar("T")
@@ -184,6 +191,24 @@ def package_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+# -- results for bench/plots.py ------------------------------------------------
+
+
+def write_json(path: Path, bench: str, results: dict[str, Any]) -> None:
+    """``results`` as JSON at ``path`` (what ``bench/plots.py`` renders), under a
+    ``meta`` block: which bench, when (UTC), the command, the machine's load."""
+    meta = {
+        "bench": bench,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": shlex.join(["python", *sys.argv]),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"meta": meta, **results}, indent=1) + "\n")
 
 
 # -- report table ------------------------------------------------------------

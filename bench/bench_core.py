@@ -52,6 +52,7 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import redis
@@ -68,6 +69,7 @@ from _util import (
     throughput,
     throwaway_redis,
     turns,
+    write_json,
 )
 
 from redismem import Memory
@@ -90,6 +92,9 @@ class Plan:
     appends: int  # sequential section: appends to one session per side and round
     seq_reads: int  # sequential section: at most this many reads per side and round
     seq_read_seconds: float  # ... or reads for this long, whichever ends first
+    length_sizes: tuple[int, ...]  # read latency by session length, every side
+    length_reads: int  # at most this many reads of each size per side and round
+    length_seconds: float  # ... or reads for this long (at least 3)
     smoke: bool = False  # too small to judge the goals by
 
 
@@ -104,6 +109,9 @@ FULL = Plan(
     appends=3000,
     seq_reads=2000,
     seq_read_seconds=1.5,
+    length_sizes=(10, 100, 1_000, 3_000, 10_000),
+    length_reads=300,
+    length_seconds=0.5,
 )
 QUICK = Plan(
     rounds=2,
@@ -116,6 +124,9 @@ QUICK = Plan(
     appends=300,
     seq_reads=100,
     seq_read_seconds=0.1,
+    length_sizes=(10, 100, 1_000),
+    length_reads=20,
+    length_seconds=0.1,
     smoke=True,
 )
 
@@ -509,6 +520,40 @@ async def memory_per_message(sides: list[Any], plan: Plan) -> dict[str, dict[int
     }
 
 
+async def read_by_length(sides: list[Side], plan: Plan) -> dict[str, dict[int, float]]:
+    """p50 milliseconds of a read of the last 50 from one session of each size in
+    ``plan.length_sizes``, every side, peers included (they load the whole session).
+    Sessions written one message per call (the peers' own append, untimed)."""
+    for side in sides:
+        for n in plan.length_sizes:
+            uid = f"len-{n}"
+            await side.prepare(uid, "s")
+            messages = conversation(seed=4000 + n, count=n)
+            if isinstance(side, Ours | Raw):
+                await side.prefill(uid, "s", messages)
+            else:
+                for m in messages:
+                    await side.write(uid, "s", side.native(m))
+            got = await side.read(uid, "s")
+            assert got == min(n, READ_LIMIT), f"{side.name} read {got} of {n} messages"
+    p50: dict[str, dict[int, list[float]]] = {
+        s.name: {n: [] for n in plan.length_sizes} for s in sides
+    }
+    for r in range(plan.rounds):
+        for side in rotated(sides, r):
+            for n in plan.length_sizes:
+                samples: list[float] = []
+                until = time.perf_counter() + plan.length_seconds
+                while len(samples) < plan.length_reads and (
+                    len(samples) < 3 or time.perf_counter() < until
+                ):
+                    start = time.perf_counter()
+                    await side.read(f"len-{n}", "s")
+                    samples.append((time.perf_counter() - start) * 1000)
+                p50[side.name][n].append(percentile(samples, 50))
+    return {name: {n: median(v) for n, v in by.items()} for name, by in p50.items()}
+
+
 async def sequential_round(
     side: Side, sid: str, batch: list[Any], plan: Plan
 ) -> tuple[float, float]:
@@ -565,6 +610,7 @@ class Results:
     flat: dict[str, dict[int, float]] = field(default_factory=dict)
     mem: dict[str, dict[int, float]] = field(default_factory=dict)
     seq: dict[str, tuple[float, float]] = field(default_factory=dict)
+    by_length: dict[str, dict[int, float]] = field(default_factory=dict)
     peers: list[str] = field(default_factory=list)  # names of the peers measured
     peer_what: list[str] = field(default_factory=list)  # what each of them is
     skipped: list[str] = field(default_factory=list)  # a line per peer not installed
@@ -610,6 +656,8 @@ async def bench(url: str, plan: Plan, log: Callable[[str], None]) -> Results:
         seq_sides: list[Side] = [ours, raw_seq, *peers]
         log(f"sequential: {plan.appends:,} appends then reads, {len(seq_sides)} sides")
         res.seq = await sequential(seq_sides, plan, conversation(seed=3000, count=plan.appends))
+        log(f"read latency by session length {', '.join(f'{n:,}' for n in plan.length_sizes)}")
+        res.by_length = await read_by_length([ours, raw, *peers], plan)
     finally:
         for side in everything:
             try:
@@ -745,6 +793,46 @@ def report_sequential(t: Table, res: Results, plan: Plan) -> None:
         t.note(f"{line} (its goals are not checked)")
 
 
+def report_by_length(t: Table, res: Results, plan: Plan) -> None:
+    """Read latency by session length, every side."""
+    names = list(res.by_length)
+    t.header(f"read-last-{READ_LIMIT} p50 (ms) by session length", "", "", "")
+    t.row("messages in the session", *(f"{n:,}" for n in plan.length_sizes[:3]))
+    for name in names:
+        t.row(f"  {name}", *(f"{res.by_length[name][n]:.3f}" for n in plan.length_sizes[:3]))
+    if len(plan.length_sizes) > 3:
+        t.row("messages in the session", *(f"{n:,}" for n in plan.length_sizes[3:]))
+        for name in names:
+            t.row(f"  {name}", *(f"{res.by_length[name][n]:.3f}" for n in plan.length_sizes[3:]))
+
+
+def results_json(res: Results, plan: Plan, where: str) -> dict[str, Any]:
+    """The raw figures of the report, for ``bench/plots.py``."""
+    return {
+        "where": where,
+        "redis": res.redis_version,
+        "versions": versions_line(),
+        "plan": {
+            "rounds": plan.rounds,
+            "tasks": plan.tasks,
+            "appends": plan.appends,
+            "smoke": plan.smoke,
+        },
+        "peers": res.peers,
+        "skipped": res.skipped,
+        "write_throughput": res.write_tp,
+        "read_throughput": res.read_tp,
+        "write_latency_ms": {k: {"p50": a, "p99": b} for k, (a, b) in res.write_lat.items()},
+        "read_latency_ms": {k: {"p50": a, "p99": b} for k, (a, b) in res.read_lat.items()},
+        "memory_per_message": {k: {str(n): b for n, b in v.items()} for k, v in res.mem.items()},
+        "sequential": {k: {"appends_per_s": a, "reads_per_s": b} for k, (a, b) in res.seq.items()},
+        # side -> session length -> p50 ms of a read of the last 50
+        "read_p50_ms_by_length": {
+            k: {str(n): ms for n, ms in v.items()} for k, v in res.by_length.items()
+        },
+    }
+
+
 def report(res: Results, plan: Plan, where: str) -> tuple[str, bool]:
     t = Table()
     t.note(
@@ -759,6 +847,7 @@ def report(res: Results, plan: Plan, where: str) -> tuple[str, bool]:
     report_pair(t, res, plan)
     report_options(t, res, plan)
     report_sequential(t, res, plan)
+    report_by_length(t, res, plan)
     t.note("")
     if plan.smoke:
         t.note("smoke run (--quick): the sizes are too small for the figures to judge the goals")
@@ -782,6 +871,13 @@ def main(argv: list[str] | None = None) -> int:
         default="asyncio",
         help="the event loop every asyncio side runs on (uvloop: what uvicorn picks when it "
         "is installed; the sync peers do not use a loop)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write the raw results as JSON (e.g. bench/results/core.json, what "
+        "bench/plots.py reads)",
     )
     args = parser.parse_args(argv)
     run: Callable[..., Results] = asyncio.run
@@ -814,6 +910,8 @@ def main(argv: list[str] | None = None) -> int:
         where += f", every asyncio side on {args.loop}"
     text, _ = report(res, plan, where)
     print(text)
+    if args.json:
+        write_json(args.json, "core", results_json(res, plan, where))
     log("done")
     return 0  # a benchmark: missed goals are reported, not an error
 

@@ -60,6 +60,7 @@ recall index format 2 is merged).
     PYTHONPATH=$PWD nice -n 10 .venv/bin/python bench/bench_fleet.py --users 1000   # 1M
     PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py --users 8 --sessions 2 --messages 30
     PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py --json > fleet.json  # machine-readable
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_fleet.py --json bench/results/fleet.json
 
 Always its own servers: the run reads server-wide counters (``INFO``), which
 another tenant's traffic would spoil.
@@ -90,7 +91,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _util import package_version, percentile, turns
+from _util import package_version, percentile, turns, write_json
 from bench_facts import FACTS
 from bench_recall import vocabulary
 from redis.asyncio import Redis
@@ -691,7 +692,7 @@ class Census:
     key_counts: dict[str, int] = field(default_factory=dict)
     stored_messages: int = 0  # LLEN of the session lists (sampled likewise)
     stored_entries: int = 0
-    indexed_docs: int = 0  # docs in the recall index (every user's r:stats n)
+    indexed_docs: int = 0  # docs in the recall index (every user's r:stats / i:meta n)
     seconds: float = 0.0
 
     def add(self, other: Census) -> None:
@@ -733,7 +734,7 @@ async def census(redis: Any, layout: KeyLayout, max_keys: int, log: Log) -> Cens
         key = raw.decode()
         fam = family(key, layout)
         counts[fam] += 1
-        if key.endswith(":r:stats"):
+        if key.endswith((":r:stats", ":i:meta")):  # format 1's and format 2's doc count, "n"
             doc_counts.append(key)
         if out.step == 1 or zlib.crc32(raw) % out.step == 0:
             batch.append((key, fam))
@@ -944,6 +945,9 @@ async def bench(plan: Plan, log: Log) -> dict[str, Any]:
                 "steady_achieved_rate": phase3.messages / phase3.seconds,
                 "steady_indexed_ms": _pcts(steady.lags_ms),
                 "steady_summarized_ms": _pcts(steady_summarize),
+                # The samples themselves, for bench/plots.py's CDF.
+                "indexed_samples_ms": _rounded(sampler.lags_ms),
+                "steady_indexed_samples_ms": _rounded(steady.lags_ms),
             },
             "workers": counters,
             "memory": {
@@ -955,6 +959,10 @@ async def bench(plan: Plan, log: Log) -> dict[str, Any]:
         }
     )
     return out
+
+
+def _rounded(samples: list[float]) -> list[float]:
+    return [round(x, 1) for x in sorted(samples)]
 
 
 def _pcts(samples: list[float]) -> dict[str, float]:
@@ -1188,7 +1196,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=Plan.queries, help="per search user")
     p.add_argument("--max-keys", type=int, default=Plan.max_keys, help="census: sample above")
     p.add_argument("--seed", type=int, default=Plan.seed)
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="the results as JSON: to PATH (e.g. bench/results/fleet.json, what bench/plots.py "
+        "reads), or to stdout instead of the report when PATH is left out",
+    )
     p.add_argument("--client", help=argparse.SUPPRESS)  # internal: one client process's job
     return p.parse_args(argv)
 
@@ -1228,7 +1243,11 @@ def main(argv: list[str] | None = None) -> None:
     res = asyncio.run(bench(plan, log))
     res["seconds"] = time.perf_counter() - started
     log(f"done in {res['seconds']:.0f} s")
-    print(json.dumps(res, indent=2) if args.json else report(res))
+    if args.json and args.json != "-":
+        write_json(Path(args.json), "fleet", res)
+        print(report(res))
+    else:
+        print(json.dumps(res, indent=2) if args.json else report(res))
 
 
 if __name__ == "__main__":

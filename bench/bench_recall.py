@@ -71,7 +71,17 @@ from typing import Any
 
 import msgpack
 from _locomo import CATEGORIES, DEFAULT_DATA, KS, Conversation, Turn, load
-from _util import WORDS, Table, conversation, median, package_version, percentile, throughput
+from _util import (
+    WORDS,
+    Table,
+    conversation,
+    median,
+    package_version,
+    percentile,
+    throughput,
+    write_json,
+)
+from locomo_offline import run_baseline
 
 from redismem import Memory, Message
 from redismem.core.codec import ROLE_CODE, encode_message, ms_to_datetime
@@ -249,6 +259,9 @@ class LocomoResult:
     first_hits: dict[str, list[tuple[int, int]]]  # conversation -> (category, position)
     turns: int
     index_seconds: float
+    #: conversation -> position of the first evidence turn, plain BM25 over single
+    #: turns (``locomo_offline.run_baseline``, the data README's baseline), same questions
+    baseline: dict[str, list[int]] = field(default_factory=dict)
 
 
 async def locomo(mem: Memory, background: Background, data: Path, log: Log) -> LocomoResult | str:
@@ -285,7 +298,8 @@ async def locomo(mem: Memory, background: Background, data: Path, log: Log) -> L
             pos = next((i for i, d in enumerate(dia, start=1) if d in q.evidence), 10**9)
             found.append((q.category, pos))
         first[conv.sample] = found
-    return LocomoResult(first, sum(len(c.turns) for c in convs), seconds)
+    baseline = {conv.sample: run_baseline(conv) for conv in convs}
+    return LocomoResult(first, sum(len(c.turns) for c in convs), seconds, baseline)
 
 
 def recall_at(positions: Sequence[int], k: int) -> float:
@@ -756,6 +770,68 @@ async def bench(
     return res
 
 
+# -- results as JSON (bench/plots.py) ----------------------------------------------------
+
+
+def _position(p: int) -> int | None:
+    return p if p <= max(KS) else None  # not in the top max(KS)
+
+
+def results_json(res: Results) -> dict[str, Any]:
+    """Everything the report shows, raw: LoCoMo positions, lag samples, sizes."""
+    out: dict[str, Any] = {"redis": res.redis_version, "embedder": res.embedder}
+    if isinstance(res.locomo, LocomoResult):
+        lr = res.locomo
+        out["locomo"] = {
+            "turns": lr.turns,
+            "index_seconds": round(lr.index_seconds, 2),
+            "conversations": list(lr.first_hits),
+            "categories": [c for found in lr.first_hits.values() for c, _ in found],
+            # 1-based position of the first evidence turn in the results, or null
+            "positions": {
+                "redismem": [_position(p) for found in lr.first_hits.values() for _, p in found],
+                "plain BM25": [_position(p) for found in lr.baseline.values() for p in found],
+            },
+        }
+    out["latency"] = [
+        {
+            "size": lat.size,
+            "p50_ms": lat.p50,
+            "p99_ms": lat.p99,
+            "p50_frequent_ms": lat.p50_freq,
+            "p50_uniform_ms": lat.p50_uniform,
+            "fill_seconds": lat.fill_seconds,
+            "index_seconds": lat.index_seconds,
+            "hits_per_query": lat.hits_per_query,
+        }
+        for lat in res.latency
+    ]
+    if res.lag is not None:
+        out["lag"] = {
+            "rate": res.lag.rate,
+            "delay_s": res.lag.delay,
+            "followed": res.lag.followed,
+            "lost": res.lag.lost,
+            "samples_ms": [round(x, 1) for x in sorted(res.lag.lags_ms)],
+        }
+    out["throughput"] = res.tp
+    out["index_bytes"] = {
+        str(size): {
+            "format1_per_msg": f1,
+            "format2_per_msg": f2,
+            "session_per_msg": session,
+            "keys": keys,
+            "format2_parts_per_msg": {
+                name: per for name, (per, _) in res.index2_bytes.get(size, {}).items()
+            },
+        }
+        for size, (f1, f2, session, keys) in res.index_bytes.items()
+    }
+    if res.store_bytes is not None:
+        out["store_bytes_per_item"] = res.store_bytes[0]
+    return out
+
+
 # -- report ------------------------------------------------------------------------------
 
 
@@ -794,7 +870,9 @@ def report_locomo(t: Table, res: Results) -> None:
         row(f"  category {cat} {CATEGORIES[cat]} (n={len(by_cat[cat])})", by_cat[cat])
     for sample, found in lr.first_hits.items():
         row(f"  {sample} (n={len(found)})", [p for _, p in found])
-    t.note("plain BM25 over single turns (data README): 0.552 / 0.637 / 0.698")
+    base = [p for found in lr.baseline.values() for p in found]
+    if base:
+        row("plain BM25 over single turns (baseline, same questions)", base)
 
 
 def report_latency(t: Table, res: Results, plan: Plan) -> None:
@@ -951,6 +1029,13 @@ def main(argv: list[str] | None = None) -> int:
         help="how the latency users are indexed: written and indexed by the workers, or "
         "their format-2 index written straight into Redis (no session copies)",
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write the raw results as JSON (e.g. bench/results/recall.json, what "
+        "bench/plots.py reads)",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.sizes:
@@ -1013,6 +1098,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.embedder:
         where += f"; embedder {args.embedder} (searches fuse keyword and vector ranks)"
     print(report(res, plan, where))
+    if args.json:
+        write_json(args.json, "recall", {"where": where, **results_json(res)})
     log("done")
     return 0  # a benchmark: missed goals are reported, not an error
 
