@@ -1,15 +1,20 @@
 """``redismem demo``: a fleet of agent processes sharing memory, with workers.
 
 N agent processes hold multi-turn conversations (with tool calls) on shared
-sessions, several processes serving the same session; M ``redismem worker``
-processes summarize in the background. The demo shows live progress (one
-redrawn line on a terminal, plain lines otherwise), then a report, including
-a verified count of lost messages: for every session, the messages the agents
-wrote must equal the messages still stored plus those covered by the summary.
+sessions, several processes serving the same session, their users saying
+things about themselves now and then; M ``redismem worker`` processes index
+every message for search, extract memories with the rule extractor and
+summarize, in the background. The demo shows its start-up phases, live
+progress from the first write (one redrawn line on a terminal, plain lines
+otherwise), then the product at work (``report``): a sample summary, a search
+across one user's sessions and agents, the memories learned about that user,
+the CLI commands to look further (with ``--keep``), and a verdict with one
+check per feature: nothing lost (every message written is in its session, or
+covered by its summary), every message indexed exactly once, summaries made,
+the memories the users' statements teach learned, search across sessions.
 
-It fails (exit 1) when a message is lost, when a worker or agent process
-dies (with the last lines it wrote to stderr), or when sessions became due
-for a summary and none was made.
+It fails (exit 1) when a check fails, or when a worker or agent process dies
+(with the last lines it wrote to stderr).
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from redismem import env
 from redismem.client import Memory
 from redismem.core.connection import open_redis
 from redismem.core.queue import QueueStats
-from redismem.demo.agent import run_agent, session_of
+from redismem.demo.agent import GO, READY, persona_of, run_agent, session_of
 from redismem.demo.localserver import LocalRedis, redis_server_binary
+from redismem.demo.report import Check, commands, gather, plural, show, verdict
 from redismem.errors import InvalidInput
 from redismem.summarization.summarizers import summarizer_from_env
+from redismem.workers.health import health_client, worker_health
 
-__all__ = ["DemoOptions", "run_demo"]
+__all__ = ["DemoOptions", "default_url", "run_demo"]
 
 #: The directory holding this ``redismem``: the demo's child processes import
 #: it from there (its workers are ``redismem.workers``), never from the working
@@ -48,6 +55,11 @@ MEMORY_OPTIONS: dict[str, Any] = {
     "summarize_delay": 0.2,
     "ttl": 3600,
 }
+#: The demo's workers extract memories with the rules. Its scripted agents
+#: write to every session every few milliseconds, so no session is ever
+#: quiet for the default 2 s: they extract right after indexing instead.
+EXTRACTOR = "rules"
+EXTRACT_QUIET = 0.0
 
 
 @dataclass
@@ -88,7 +100,10 @@ def _tail(log: Path, lines: int = 8) -> str:
 
 
 class _Fleet:
-    """The demo's processes (or in-process tasks on the embedded backend)."""
+    """The demo's processes (or in-process tasks on the embedded backend).
+
+    ``start`` launches them; once ``ready`` (every worker registered, every
+    agent connected), ``go`` starts the agents' traffic, all at once."""
 
     def __init__(self, options: DemoOptions, url: str, namespace: str, embedded: bool) -> None:
         self.options = options
@@ -100,8 +115,12 @@ class _Fleet:
         self.agents: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.in_process: list[Any] = []
         self.in_process_workers: list[Any] = []
+        self.memories: list[Memory] = []
         self.tasks: list[asyncio.Task[dict[str, Any]]] = []
         self.logs = tempfile.TemporaryDirectory(prefix="redismem-demo-")
+
+    def worker_names(self) -> list[str]:
+        return [f"{self.namespace}-{i}" for i in range(self.options.workers)]
 
     def child_env(self) -> dict[str, str]:
         """The environment of the demo's processes: the workers' settings, and
@@ -112,6 +131,9 @@ class _Fleet:
             REDISMEM_QUEUE_NAME=self.queue_name,
             REDISMEM_QUEUE_URL=self.options.queue_url,
             REDISMEM_SUMMARIZER=self.options.summarizer,
+            REDISMEM_EXTRACTOR=EXTRACTOR,
+            REDISMEM_EXTRACT_QUIET=str(EXTRACT_QUIET),
+            REDISMEM_CONSOLIDATOR=None,
             REDISMEM_SWEEP_SECONDS="2",
             REDISMEM_SWEEP_GRACE="5",
         )
@@ -120,7 +142,9 @@ class _Fleet:
         )
         return child
 
-    def _spawn(self, name: str, *args: str) -> tuple[str, subprocess.Popen[bytes], Path]:
+    def _spawn(
+        self, name: str, *args: str, stdin: int = subprocess.DEVNULL
+    ) -> tuple[str, subprocess.Popen[bytes], Path]:
         """``python -P -m ARGS``: -P keeps the working directory off sys.path,
         so a local ``redismem`` directory cannot shadow ours.
         Its stdout and stderr go to ``<log>.out`` and ``<log>.err``."""
@@ -129,7 +153,7 @@ class _Fleet:
             process = subprocess.Popen(
                 [sys.executable, "-P", "-m", *args],
                 env=self.child_env(),
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,
             )
@@ -138,6 +162,7 @@ class _Fleet:
     async def start(self) -> None:
         memory_options = dict(MEMORY_OPTIONS, queue_name=self.queue_name)
         if self.embedded:
+            from redismem.longterm.extraction import RuleExtractor
             from redismem.workers.inprocess import InProcessWorker
 
             summarizer = summarizer_from_env(
@@ -149,27 +174,21 @@ class _Fleet:
                     summarizer=summarizer,
                     namespaces=[self.namespace],
                     queue_name=self.queue_name,
+                    extractor=RuleExtractor(),
+                    extract_quiet=EXTRACT_QUIET,
+                    consolidator=None,
                 )
                 await worker.start()
                 self.in_process.append(worker)
                 self.in_process_workers.append(worker)
-            memories = [
+            self.memories = [
                 await Memory.connect(self.url, namespace=self.namespace, **memory_options)
                 for _ in range(self.options.agents)
             ]
-            self.in_process.extend(memories)
-            self.tasks = [
-                asyncio.create_task(
-                    run_agent(m, i, self.options.sessions, self.options.duration, self.options.seed)
-                )
-                for i, m in enumerate(memories)
-            ]
+            self.in_process.extend(self.memories)
             return
-        for i in range(self.options.workers):
-            name = f"worker-{i}"
-            self.workers.append(
-                self._spawn(name, "redismem", "worker", "--name", f"{self.namespace}-{i}")
-            )
+        for name in self.worker_names():
+            self.workers.append(self._spawn(name, "redismem", "worker", "--name", name))
         for i in range(self.options.agents):
             self.agents.append(
                 self._spawn(
@@ -189,8 +208,38 @@ class _Fleet:
                     str(self.options.seed),
                     "--options",
                     json.dumps(memory_options),
+                    "--wait",
+                    stdin=subprocess.PIPE,
                 )
             )
+
+    async def ready(self, health: Any) -> tuple[int, int]:
+        """(workers registered, agents connected) so far."""
+        if self.embedded:
+            return len(self.in_process_workers), len(self.memories)
+        seen = {
+            h.name
+            for h in await worker_health(
+                self.options.queue_url or self.url, self.queue_name, client=health
+            )
+        }
+        workers = sum(1 for name in self.worker_names() if name in seen)
+        return workers, sum(1 for _, _, log in self.agents if _said_ready(log))
+
+    def go(self) -> None:
+        """Start the agents' traffic."""
+        if self.embedded:
+            self.tasks = [
+                asyncio.create_task(
+                    run_agent(m, i, self.options.sessions, self.options.duration, self.options.seed)
+                )
+                for i, m in enumerate(self.memories)
+            ]
+            return
+        for _, process, _ in self.agents:
+            assert process.stdin is not None
+            process.stdin.write(f"{GO}\n".encode())
+            process.stdin.close()
 
     def check(self) -> None:
         """Raise ``FleetFailure`` if a worker stopped, or an agent failed."""
@@ -227,6 +276,8 @@ class _Fleet:
     async def stop(self) -> None:
         processes = [p for _, p, _ in self.agents + self.workers]
         for process in processes:
+            if process.stdin is not None and not process.stdin.closed:
+                process.stdin.close()  # an agent still waiting for GO exits
             if process.poll() is None:
                 process.terminate()
         deadline = time.monotonic() + 15
@@ -244,14 +295,20 @@ class _Fleet:
         self.logs.cleanup()
 
 
+def _said_ready(log: Path) -> bool:
+    try:
+        return Path(f"{log}.out").read_text().startswith(READY)
+    except OSError:
+        return False
+
+
 def _last_json(path: Path) -> Any:
     return json.loads(path.read_text().strip().splitlines()[-1])
 
 
-async def _progress(
-    memory: Memory, stats: QueueStats, options: DemoOptions
-) -> tuple[int, int, int]:
-    """(messages written, messages summarized, summaries) from the store."""
+async def _progress(memory: Memory, stats: QueueStats, options: DemoOptions) -> dict[str, int]:
+    """What the fleet did so far: messages written (read from the sessions),
+    then the workers' counters."""
     written = 0
     pipe = memory.redis.pipeline(transaction=False)
     for index in range(options.sessions):
@@ -260,18 +317,8 @@ async def _progress(
         pipe.hget(memory.layout.session(user_id, session_id, epoch).meta, "seq")
     for value in await pipe.execute():
         written += int(value or 0)
-    counters = (await stats.snapshot())["counters"]
-    return written, counters.get("messages_summarized", 0), counters.get("summaries", 0)
-
-
-async def _pending(memory: Memory, sessions: int) -> int:
-    users = {session_of(i)[0] for i in range(sessions)}
-    return sum(
-        [
-            await memory.redis.zcard(memory.layout.pending(u, memory.backend.epochs.get(u)))
-            for u in users
-        ]
-    )
+    counters: dict[str, int] = (await stats.snapshot())["counters"]
+    return {"written": written, **counters}
 
 
 def _validate(options: DemoOptions) -> None:
@@ -284,22 +331,26 @@ def _validate(options: DemoOptions) -> None:
 
 
 class _Progress:
-    """One redrawn line on a terminal; plain lines every few seconds otherwise."""
+    """One redrawn line on a terminal; plain lines every few seconds otherwise.
+    Time counts from the start of the agents' traffic."""
 
     def __init__(self, out: IO[str]) -> None:
         self.out = out
         self.tty = bool(getattr(out, "isatty", lambda: False)())
         self.last = 0.0
 
-    def show(self, elapsed: float, written: int, summarized: int, summaries: int) -> None:
+    def show(self, elapsed: float, counts: dict[str, int]) -> None:
         text = (
-            f"{elapsed:5.1f}s  messages written {written:6d}  summarized {summarized:6d}  "
-            f"summaries {summaries:4d}"
+            f"{elapsed:5.1f}s  {plural(counts['written'], 'message')} written, "
+            f"{counts.get('messages_indexed', 0):,} indexed, "
+            f"{counts.get('messages_summarized', 0):,} summarized; "
+            f"{plural(counts.get('summaries', 0), 'summary')}, "
+            f"{plural(counts.get('memories_added', 0), 'memory')} learned or confirmed"
         )
         if self.tty:
             self.out.write(f"\r  {text}  ")
         elif elapsed - self.last >= 2.0:
-            self.out.write(f"progress {text}\n")
+            self.out.write(f"  {text}\n")
             self.last = elapsed
         self.out.flush()
 
@@ -308,60 +359,75 @@ class _Progress:
             self.out.write("\n")
 
 
+class _Clock:
+    """Start-up phases, each line stamped with the time since the demo began."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.began = time.monotonic()
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[{time.monotonic() - self.began:5.1f}s] {text}\n")
+        self.out.flush()
+
+
+def default_url(out: IO[str]) -> tuple[str, LocalRedis | None]:
+    """The demo's Redis when neither --url nor $REDISMEM_URL names one: a
+    throwaway redis-server (returned, for the demo to stop), else the
+    embedded backend with in-process agents and workers."""
+    if redis_server_binary():
+        server = LocalRedis.start()
+        return server.url, server
+    out.write("no redis-server found: using the embedded backend, in-process agents and workers\n")
+    return f"memory://demo-{secrets.token_hex(3)}", None
+
+
 async def run_demo(options: DemoOptions) -> int:
-    """Run the demo; returns the process exit code: non-zero if a message was
-    lost, a process of the fleet died, or no summary was made though some were due."""
+    """Run the demo; returns the process exit code: non-zero if a check of
+    the verdict failed or a process of the fleet died."""
     _validate(options)
     out = options.out
+    clock = _Clock(out)
     server: LocalRedis | None = None
     url = options.url or env.text("REDISMEM_URL")
     options = replace(options, queue_url=options.queue_url or env.text("REDISMEM_QUEUE_URL"))
     if url is None:
-        if redis_server_binary():
-            server = LocalRedis.start()
-            url = server.url
-            out.write(f"started a throwaway redis-server at {url}\n")
-        else:
-            url = f"memory://demo-{secrets.token_hex(3)}"
-            out.write(
-                "no redis-server found: using the embedded backend, in-process agents and workers\n"
-            )
+        url, server = default_url(out)
+        if server is not None:
+            clock.say(f"started a throwaway redis-server at {url}")
     embedded = url.startswith("memory://")
     namespace = f"demo-{secrets.token_hex(4)}"
+    users = len({session_of(i)[0] for i in range(options.sessions)})
+    kind = "agent task" if embedded else "agent process"
     out.write(
-        f"fleet: {options.agents} agent {'tasks' if embedded else 'processes'}, {options.workers} "
-        f"workers, {options.sessions} shared sessions, {options.duration:g}s, ns {namespace}\n"
+        f"fleet: {plural(options.agents, kind)}, "
+        f"{plural(options.workers, 'worker')} (indexing, rule-based extraction, "
+        f"{options.summarizer} summaries), {plural(options.sessions, 'shared session')} "
+        f"of {plural(users, 'user')}, {options.duration:g} s of traffic; namespace {namespace}\n"
     )
     fleet = _Fleet(options, url, namespace, embedded)
-    progress = _Progress(out)
     try:
         memory = await Memory.connect(url, namespace=namespace, queue_url=options.queue_url)
     except BaseException:
         if server is not None:
             server.stop()
         raise
-    # Stats and queue keys live on the queue's Redis.
+    # Stats, queue and health keys live on the queue's Redis.
     queue_redis = open_redis(options.queue_url) if options.queue_url else memory.redis
+    health = health_client(options.queue_url or url) if not embedded else None
     stats = QueueStats(queue_redis, memory.layout)
-    started = time.monotonic()
+    keep_server = False
     try:
-        await fleet.start()
-        while fleet.agents_running():
-            fleet.check()
-            progress.show(time.monotonic() - started, *await _progress(memory, stats, options))
-            await asyncio.sleep(0.5)
-        results = await fleet.agent_results()
-        drain_deadline = time.monotonic() + options.drain_timeout
-        while await _pending(memory, options.sessions) and time.monotonic() < drain_deadline:
-            fleet.check()
-            await asyncio.sleep(0.2)
-        fleet.check()
-        progress.end()
-        return await _report(memory, stats, options, results, time.monotonic() - started)
-    except FleetFailure as exc:
-        progress.end()
-        out.write(f"FAIL: {exc}\n")
-        return 1
+        code = await _run(options, memory, stats, fleet, clock, health)
+        if options.keep:
+            keep_server = server is not None
+            _look_further(options, url, namespace, out, server, code)
+        else:
+            out.write(
+                "\nThe demo's data is removed now: run it with --keep to keep it and get the "
+                "commands to browse it with the CLI.\n"
+            )
+        return code
     finally:
         await fleet.stop()
         if not options.keep:
@@ -370,9 +436,67 @@ async def run_demo(options: DemoOptions) -> int:
                 await _clean_up_queue(queue_redis, namespace)
         if queue_redis is not memory.redis:
             await queue_redis.aclose()
+        if health is not None:
+            await health.aclose()
         await memory.aclose()
-        if server is not None:
+        if server is not None and not keep_server:
             server.stop()
+
+
+async def _run(
+    options: DemoOptions,
+    memory: Memory,
+    stats: QueueStats,
+    fleet: _Fleet,
+    clock: _Clock,
+    health: Any,
+) -> int:
+    """Start the fleet, run the traffic, wait for the workers, show and judge."""
+    out = options.out
+    progress = _Progress(out)
+    try:
+        kind = "in-process" if fleet.embedded else "Python processes, each importing redismem"
+        clock.say(
+            f"starting {plural(options.workers, 'worker')} and "
+            f"{plural(options.agents, 'agent')} ({kind})"
+        )
+        await fleet.start()
+        workers = agents = 0
+        while (workers, agents) != (options.workers, options.agents):
+            fleet.check()
+            await asyncio.sleep(0.1)
+            workers, agents = await fleet.ready(health)
+        clock.say(
+            f"ready: {plural(workers, 'worker')} registered, {plural(agents, 'agent')} "
+            "connected; traffic starts (times below count from here)"
+        )
+        fleet.go()
+        started = time.monotonic()
+        while fleet.agents_running():
+            fleet.check()
+            progress.show(time.monotonic() - started, await _progress(memory, stats, options))
+            await asyncio.sleep(0.5)
+        results = await fleet.agent_results()
+        progress.show(time.monotonic() - started, await _progress(memory, stats, options))
+        progress.end()
+        traffic = time.monotonic() - started
+        clock.say(
+            f"traffic done after {traffic:.1f} s; the workers finish indexing, "
+            "extraction and summaries"
+        )
+        drain_started = time.monotonic()
+        drained = await memory.flush(timeout=options.drain_timeout)
+        fleet.check()
+        clock.say(
+            f"workers caught up in {time.monotonic() - drain_started:.1f} s"
+            if drained
+            else f"workers still busy after {options.drain_timeout:g} s: reporting as it is"
+        )
+    except FleetFailure as exc:
+        progress.end()
+        out.write(f"FAIL: {exc}\n")
+        return 1
+    return await _report(memory, stats, options, results, traffic, drained)
 
 
 async def _clean_up(memory: Memory, namespace: str) -> None:
@@ -392,35 +516,44 @@ async def _report(
     stats: QueueStats,
     options: DemoOptions,
     results: list[dict[str, Any]],
-    elapsed: float,
+    traffic: float,
+    drained: bool,
 ) -> int:
     written: dict[str, int] = {}
+    stated: dict[str, set[int]] = {}
     for result in results:
         for key, count in result["written"].items():
             written[key] = written.get(key, 0) + count
-    lost = 0
-    stored_total = summarized_total = 0
-    for key, count in written.items():
-        user_id, session_id = key.split("/", 1)
-        stored = len(await memory.read(session_id=session_id, user_id=user_id))
-        summary = await memory.summary(session_id=session_id, user_id=user_id)
-        covered = summary.message_count if summary else 0
-        stored_total += stored
-        summarized_total += covered
-        lost += count - stored - covered
+        for user, statements in result["stated"].items():
+            stated.setdefault(user, set()).update(statements)
     snapshot = await stats.snapshot()
+    counters = snapshot["counters"]
+    found = await gather(
+        memory,
+        written=written,
+        stated=stated,
+        counters=counters,
+        agents=options.agents,
+        due_at=MEMORY_OPTIONS["keep_recent"] + MEMORY_OPTIONS["summarize_batch"],
+        drained=drained,
+    )
+    out = options.out
+    show(found, out)
     lags = [float(x) for x in snapshot["lag_ms"]]
     write_ms = [x for r in results for x in r["write_ms"]]
     read_ms = [x for r in results for x in r["read_ms"]]
-    total = sum(written.values())
+    total = found.total
     rows = [
-        ("run time", f"{elapsed:.1f} s"),
-        ("agent turns", f"{sum(r['turns'] for r in results)}"),
-        ("messages written", f"{total} ({total / max(options.duration, 1e-9):.0f}/s)"),
-        ("  still stored", f"{stored_total}"),
-        ("  covered by summaries", f"{summarized_total}"),
-        ("summaries made", f"{snapshot['counters'].get('summaries', 0)}"),
-        ("summarization jobs", f"{snapshot['counters'].get('jobs', 0)}"),
+        ("traffic", f"{traffic:.1f} s"),
+        ("agent turns", f"{sum(r['turns'] for r in results):,}"),
+        ("messages written", f"{total:,} ({total / max(traffic, 1e-9):,.0f}/s)"),
+        ("  still stored", f"{found.stored:,}"),
+        ("  covered by summaries", f"{found.summarized:,}"),
+        ("messages indexed for search", f"{counters.get('messages_indexed', 0):,}"),
+        ("messages read for memories", f"{counters.get('messages_extracted', 0):,}"),
+        ("memories learned or confirmed", f"{counters.get('memories_added', 0):,}"),
+        ("summaries made", f"{counters.get('summaries', 0):,}"),
+        ("worker jobs", f"{counters.get('jobs', 0):,}"),
         ("summarization lag p50 / p95", f"{_pct(lags, 0.5):.0f} ms / {_pct(lags, 0.95):.0f} ms"),
         (
             "write latency p50 / p99",
@@ -430,25 +563,63 @@ async def _report(
             "read (context) latency p50 / p99",
             f"{_pct(read_ms, 0.5):.2f} ms / {_pct(read_ms, 0.99):.2f} ms",
         ),
-        ("failures", f"{snapshot['counters'].get('failures', 0)}"),
-        ("lost messages (verified)", f"{lost}"),
+        ("failures", f"{counters.get('failures', 0)}"),
+        ("lost messages (verified)", f"{found.lost}"),
     ]
     width = max(len(name) for name, _ in rows)
-    out = options.out
-    out.write("redismem fleet demo report\n")
+    out.write("\nredismem fleet demo report\n")
     for name, value in rows:
         out.write(f"  {name:<{width}}  {value}\n")
-    due = MEMORY_OPTIONS["keep_recent"] + MEMORY_OPTIONS["summarize_batch"]
-    due_sessions = sum(1 for count in written.values() if count >= due)
-    summaries = snapshot["counters"].get("summaries", 0)
-    if lost:
-        out.write(f"FAIL: {lost} messages lost\n")
+    return _verdict(verdict(found), out)
+
+
+def _verdict(checks: list[Check], out: IO[str]) -> int:
+    """Print the checks; 0 when all passed, else 1 with a FAIL line per failure."""
+    width = max(len(c.name) for c in checks)
+    out.write("\nverdict\n")
+    for check in checks:
+        out.write(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name:<{width}}  {check.detail}\n")
+    failed = [c for c in checks if not c.ok]
+    for check in failed:
+        out.write(f"FAIL: {check.detail}\n")
+    if failed:
         return 1
-    if due_sessions and not summaries:
-        out.write(
-            f"FAIL: no summary made, though {due_sessions} sessions were due for one "
-            "(are the workers summarizing? see redismem stats)\n"
-        )
-        return 1
-    out.write("OK: no message lost\n")
+    out.write(
+        "OK: no message lost, every message indexed once, summaries made, memories "
+        "learned, search spans sessions\n"
+    )
     return 0
+
+
+def _look_further(
+    options: DemoOptions,
+    url: str,
+    namespace: str,
+    out: IO[str],
+    server: LocalRedis | None,
+    code: int,
+) -> None:
+    """With --keep: where the data is, and the CLI commands that show it."""
+    user, session = session_of(0)
+    lines = commands(
+        url=url,
+        queue_url=options.queue_url,
+        namespace=namespace,
+        user=user,
+        session=session,
+        query=persona_of(user).query,
+    )
+    ttl = MEMORY_OPTIONS["ttl"]
+    out.write(
+        f"\nThe demo's data stays in namespace {namespace} (its sessions expire in "
+        f"{ttl // 3600} h). Look further with the CLI:\n"
+    )
+    if "--url" not in lines[0]:
+        out.write("  (with REDISMEM_URL set to the demo's URL, which holds a password)\n")
+    for line in lines:
+        out.write(f"  {line}\n")
+    if server is not None:
+        out.write(
+            f"The throwaway redis-server keeps running with it (pid {server.process.pid}): "
+            f"stop it with  kill {server.process.pid}\n"
+        )
