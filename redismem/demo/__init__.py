@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,7 @@ class DemoOptions:
     agents: int = 4
     workers: int = 2
     sessions: int = 6
-    duration: float = 20.0
+    duration: float = 15.0
     drain_timeout: float = 20.0
     seed: int = 1
     keep: bool = False
@@ -79,11 +80,14 @@ class DemoOptions:
     out: Any = field(default=sys.stdout)
 
 
-def _pct(values: list[float], q: float) -> float:
+def _pcts(values: list[float], digits: int) -> str:
+    """``p50 / p95-or-p99`` of ``values`` in ms, "-" when there are none."""
     if not values:
-        return float("nan")
+        return "-"
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    high = 0.95 if digits == 0 else 0.99
+    p50, top = (ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, high))
+    return f"{p50:.{digits}f} ms / {top:.{digits}f} ms"
 
 
 class FleetFailure(Exception):
@@ -187,8 +191,8 @@ class _Fleet:
             ]
             self.in_process.extend(self.memories)
             return
-        for name in self.worker_names():
-            self.workers.append(self._spawn(name, "redismem", "worker", "--name", name))
+        for i, name in enumerate(self.worker_names()):
+            self.workers.append(self._spawn(f"worker-{i}", "redismem", "worker", "--name", name))
         for i in range(self.options.agents):
             self.agents.append(
                 self._spawn(
@@ -341,14 +345,15 @@ class _Progress:
 
     def show(self, elapsed: float, counts: dict[str, int]) -> None:
         text = (
-            f"{elapsed:5.1f}s  {plural(counts['written'], 'message')} written, "
+            f"{elapsed:5.1f}s  messages {counts['written']:,} written, "
             f"{counts.get('messages_indexed', 0):,} indexed, "
             f"{counts.get('messages_summarized', 0):,} summarized; "
-            f"{plural(counts.get('summaries', 0), 'summary')}, "
-            f"{plural(counts.get('memories_added', 0), 'memory')} learned or confirmed"
+            f"{plural(counts.get('summaries', 0), 'summary')}; "
+            f"memories {counts.get('memories_added', 0):,} added or confirmed"
         )
         if self.tty:
-            self.out.write(f"\r  {text}  ")
+            width = shutil.get_terminal_size().columns - 3
+            self.out.write(f"\r  {text[:width]}\x1b[K")
         elif elapsed - self.last >= 2.0:
             self.out.write(f"  {text}\n")
             self.last = elapsed
@@ -373,8 +378,10 @@ class _Clock:
 
 def default_url(out: IO[str]) -> tuple[str, LocalRedis | None]:
     """The demo's Redis when neither --url nor $REDISMEM_URL names one: a
-    throwaway redis-server (returned, for the demo to stop), else the
-    embedded backend with in-process agents and workers."""
+    throwaway redis-server (returned, for the demo to stop, or to leave
+    running with --keep), else the embedded backend with in-process agents
+    and workers. The one place that picks it: everything the demo prints
+    (the CLI commands included) uses the URL this returns."""
     if redis_server_binary():
         server = LocalRedis.start()
         return server.url, server
@@ -465,7 +472,12 @@ async def _run(
         while (workers, agents) != (options.workers, options.agents):
             fleet.check()
             await asyncio.sleep(0.1)
+            before = (workers, agents)
             workers, agents = await fleet.ready(health)
+            if workers == options.workers and before[0] != workers and agents < options.agents:
+                clock.say(f"{plural(workers, 'worker')} registered")
+            if agents == options.agents and before[1] != agents and workers < options.workers:
+                clock.say(f"{plural(agents, 'agent')} connected")
         clock.say(
             f"ready: {plural(workers, 'worker')} registered, {plural(agents, 'agent')} "
             "connected; traffic starts (times below count from here)"
@@ -554,15 +566,9 @@ async def _report(
         ("memories learned or confirmed", f"{counters.get('memories_added', 0):,}"),
         ("summaries made", f"{counters.get('summaries', 0):,}"),
         ("worker jobs", f"{counters.get('jobs', 0):,}"),
-        ("summarization lag p50 / p95", f"{_pct(lags, 0.5):.0f} ms / {_pct(lags, 0.95):.0f} ms"),
-        (
-            "write latency p50 / p99",
-            f"{_pct(write_ms, 0.5):.2f} ms / {_pct(write_ms, 0.99):.2f} ms",
-        ),
-        (
-            "read (context) latency p50 / p99",
-            f"{_pct(read_ms, 0.5):.2f} ms / {_pct(read_ms, 0.99):.2f} ms",
-        ),
+        ("summarization lag p50 / p95", _pcts(lags, 0)),
+        ("write latency p50 / p99", _pcts(write_ms, 2)),
+        ("read (context) latency p50 / p99", _pcts(read_ms, 2)),
         ("failures", f"{counters.get('failures', 0)}"),
         ("lost messages (verified)", f"{found.lost}"),
     ]
@@ -609,11 +615,7 @@ def _look_further(
         session=session,
         query=persona_of(user).query,
     )
-    ttl = MEMORY_OPTIONS["ttl"]
-    out.write(
-        f"\nThe demo's data stays in namespace {namespace} (its sessions expire in "
-        f"{ttl // 3600} h). Look further with the CLI:\n"
-    )
+    out.write(f"\nThe demo's data stays in namespace {namespace}. Look further with the CLI:\n")
     if "--url" not in lines[0]:
         out.write("  (with REDISMEM_URL set to the demo's URL, which holds a password)\n")
     for line in lines:
