@@ -14,7 +14,7 @@ from test_cli_demo import demo_env
 from test_cli_worker import drop_keys, run_cli
 
 from redismem.demo import _verdict
-from redismem.demo.agent import PERSONAS, make_turn
+from redismem.demo.agent import PERSONAS, make_turn, pick_statement
 from redismem.demo.report import Findings, plural, verdict
 
 #: LEAD-AT-MERGE: empty this set once the CLI engineer's ``redismem users``
@@ -38,7 +38,7 @@ BAD_PLURALS = re.compile(
 
 
 def _namespace(stdout: str) -> str:
-    found = re.search(r"namespace (demo-[0-9a-f]+)", stdout)
+    found = re.search(r"ns (demo-[0-9a-f]+)", stdout)
     assert found, stdout
     return found.group(1)
 
@@ -265,8 +265,9 @@ def test_a_turn_opens_with_a_statement_the_first_time_and_every_fourth_turn() ->
 
     rng = random.Random(1)
     persona = PERSONAS[0]
-    messages, stated = make_turn(rng, 0, 5, persona, first=True)
-    assert stated == 0
-    assert messages[0]["content"].startswith(persona.statements[0][0])
-    assert make_turn(rng, 0, 5, persona)[1] is None
-    assert make_turn(rng, 0, 8, persona)[1] is not None
+    assert pick_statement(rng, 5, persona, first=True) == 0
+    assert pick_statement(rng, 5, persona, first=False) is None
+    assert pick_statement(rng, 8, persona, first=False) is not None
+    messages = make_turn(rng, 0, 5, persona, 0)
+    assert messages[0]["content"].startswith(persona.statements[0][0] + " ")
+    assert not any(s in make_turn(rng, 0, 6)[0]["content"] for s, _ in persona.statements)

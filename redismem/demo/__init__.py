@@ -410,7 +410,7 @@ async def run_demo(options: DemoOptions) -> int:
         f"fleet: {plural(options.agents, kind)}, "
         f"{plural(options.workers, 'worker')} (indexing, rule-based extraction, "
         f"{options.summarizer} summaries), {plural(options.sessions, 'shared session')} "
-        f"of {plural(users, 'user')}, {options.duration:g} s of traffic; namespace {namespace}\n"
+        f"of {plural(users, 'user')}, {options.duration:g} s of traffic; ns {namespace}\n"
     )
     fleet = _Fleet(options, url, namespace, embedded)
     try:
@@ -557,15 +557,15 @@ async def _report(
     total = found.total
     rows = [
         ("traffic", f"{traffic:.1f} s"),
-        ("agent turns", f"{sum(r['turns'] for r in results):,}"),
-        ("messages written", f"{total:,} ({total / max(traffic, 1e-9):,.0f}/s)"),
-        ("  still stored", f"{found.stored:,}"),
-        ("  covered by summaries", f"{found.summarized:,}"),
-        ("messages indexed for search", f"{counters.get('messages_indexed', 0):,}"),
-        ("messages read for memories", f"{counters.get('messages_extracted', 0):,}"),
-        ("memories learned or confirmed", f"{counters.get('memories_added', 0):,}"),
-        ("summaries made", f"{counters.get('summaries', 0):,}"),
-        ("worker jobs", f"{counters.get('jobs', 0):,}"),
+        ("agent turns", f"{sum(r['turns'] for r in results)}"),
+        ("messages written", f"{total} ({total / options.duration:.0f}/s)"),
+        ("  still stored", f"{found.stored}"),
+        ("  covered by summaries", f"{found.summarized}"),
+        ("messages indexed for search", f"{counters.get('messages_indexed', 0)}"),
+        ("messages read for memories", f"{counters.get('messages_extracted', 0)}"),
+        ("memories learned or confirmed", f"{counters.get('memories_added', 0)}"),
+        ("summaries made", f"{counters.get('summaries', 0)}"),
+        ("worker jobs", f"{counters.get('jobs', 0)}"),
         ("summarization lag p50 / p95", _pcts(lags, 0)),
         ("write latency p50 / p99", _pcts(write_ms, 2)),
         ("read (context) latency p50 / p99", _pcts(read_ms, 2)),

@@ -31,6 +31,7 @@ __all__ = [
     "Persona",
     "make_turn",
     "persona_of",
+    "pick_statement",
     "run_agent",
     "session_of",
 ]
@@ -143,24 +144,32 @@ def _fill(template: Any, values: dict[str, Any]) -> Any:
     return template
 
 
+def pick_statement(rng: random.Random, turn: int, persona: Persona, *, first: bool) -> int | None:
+    """Which of the persona's statements the turn's user message opens with
+    (None: none); ``first``: the agent's first turn in the session."""
+    if first:
+        return 0
+    if turn % STATEMENT_EVERY == 0:
+        return rng.randrange(len(persona.statements))
+    return None
+
+
 def make_turn(
-    rng: random.Random, agent: int, turn: int, persona: Persona, *, first: bool = False
-) -> tuple[list[dict[str, Any]], int | None]:
-    """One realistic turn (``first``: the agent's first in the session), and
-    which of the persona's statements its user message opens with (None:
-    none). Every message carries (agent, turn)."""
+    rng: random.Random,
+    agent: int,
+    turn: int,
+    persona: Persona | None = None,
+    statement: int | None = None,
+) -> list[dict[str, Any]]:
+    """One realistic turn, its user message opening with the persona's
+    ``statement`` (an index) if given. Every message carries (agent, turn)."""
     scenario = rng.choice(SCENARIOS)
     values = {"city": rng.choice(CITIES), "day": rng.choice(DAYS), "n": rng.randint(2, 9999)}
     tag = {"agent": agent, "turn": turn}
     call_id = f"call-{agent}-{turn}"
     user_text = _fill(scenario["ask"], values)
-    stated = None
-    if first:
-        stated = 0
-    elif turn % STATEMENT_EVERY == 0:
-        stated = rng.randrange(len(persona.statements))
-    if stated is not None:
-        user_text = persona.statements[stated][0] + " " + user_text
+    if persona is not None and statement is not None:
+        user_text = persona.statements[statement][0] + " " + user_text
     turn_messages: list[dict[str, Any]] = [{"role": "user", "content": user_text, "metadata": tag}]
     if rng.random() < 0.7:
         turn_messages += [
@@ -187,7 +196,7 @@ def make_turn(
     turn_messages.append(
         {"role": "assistant", "content": _fill(scenario["answer"], values), "metadata": tag}
     )
-    return turn_messages, stated
+    return turn_messages
 
 
 async def run_agent(
@@ -213,9 +222,9 @@ async def run_agent(
         await memory.context(session_id=session_id, user_id=user_id, max_tokens=1500)
         read_ms.append((time.perf_counter() - started) * 1000)
         key = f"{user_id}/{session_id}"
-        messages, statement = make_turn(
-            rng, agent, turn, persona_of(user_id), first=key not in written
-        )
+        persona = persona_of(user_id)
+        statement = pick_statement(rng, turn, persona, first=key not in written)
+        messages = make_turn(rng, agent, turn, persona, statement)
         started = time.perf_counter()
         await memory.write(
             messages,
