@@ -13,9 +13,8 @@ import pytest
 from test_cli_demo import demo_env
 from test_cli_worker import drop_keys, run_cli
 
-from redismem.demo import _verdict
 from redismem.demo.agent import PERSONAS, make_turn, pick_statement
-from redismem.demo.report import Findings, plural, verdict
+from redismem.demo.report import Findings, judge, plural, verdict
 
 #: LEAD-AT-MERGE: empty this set once the CLI engineer's ``redismem users``
 #: and ``redismem search`` are merged; the test then runs them too.
@@ -176,7 +175,7 @@ def _hits(*where: tuple[str, str]) -> list[object]:
 def test_the_verdict_passes_when_every_feature_worked() -> None:
     found = _findings(hits=_hits(("conv-0", "agent-0"), ("conv-1", "agent-1")))
     out = StringIO()
-    assert _verdict(verdict(found), out) == 0
+    assert judge(verdict(found), out) == 0
     assert out.getvalue().strip().splitlines()[-1].startswith("OK: no message lost")
 
 
@@ -208,7 +207,7 @@ def test_the_verdict_fails_naming_the_feature(
     }.get(str(changes.pop("hits", "")), _hits(("conv-0", "agent-0"), ("conv-1", "agent-1")))
     found = _findings(hits=hits, **changes)
     out = StringIO()
-    assert _verdict(verdict(found), out) == 1
+    assert judge(verdict(found), out) == 1
     text = out.getvalue()
     assert re.search(rf"^  FAIL  {failed} .*{re.escape(words)}", text, re.M), text
     assert re.search(rf"^FAIL: .*{re.escape(words)}", text, re.M), text

@@ -266,6 +266,7 @@ async def _main(args: argparse.Namespace) -> int:
                 return 1  # the demo stopped before the traffic began
         result = await run_agent(memory, args.agent, args.sessions, args.duration, args.seed)
     sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()  # the demo reads it before this process has exited
     return 0
 
 

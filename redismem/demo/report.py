@@ -3,8 +3,9 @@
 ``gather`` reads the store once the workers are done: the counts every check
 needs (``Findings``), a sample summary, a search of one user's sessions and
 the memories learned about that user. ``show`` prints them, ``verdict``
-judges them (one ``Check`` per feature the demo ran), and ``commands``
-prints the CLI commands that look further at the data the demo kept.
+makes one ``Check`` per feature the demo ran, ``judge`` prints them and gives
+the exit code, and ``commands`` are the CLI commands that look further at the
+data the demo kept.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "Findings",
     "commands",
     "gather",
+    "judge",
     "plural",
     "show",
     "verdict",
@@ -232,6 +234,24 @@ def verdict(found: Findings) -> list[Check]:
             Check("workers caught up", False, "work was still pending at the drain timeout")
         )
     return checks
+
+
+def judge(checks: list[Check], out: IO[str]) -> int:
+    """Print the checks; 0 when all passed, else 1 with a FAIL line per failure."""
+    width = max(len(c.name) for c in checks)
+    out.write("\nverdict\n")
+    for check in checks:
+        out.write(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name:<{width}}  {check.detail}\n")
+    failed = [c for c in checks if not c.ok]
+    for check in failed:
+        out.write(f"FAIL: {check.detail}\n")
+    if failed:
+        return 1
+    out.write(
+        "OK: no message lost, every message indexed once, summaries made, memories "
+        "learned, search spans sessions\n"
+    )
+    return 0
 
 
 def show(found: Findings, out: IO[str]) -> None:
