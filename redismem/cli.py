@@ -465,11 +465,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive(int), default=2, help="worker processes (2)")
     demo.add_argument("--sessions", type=_positive(int), default=6, help="shared sessions (6)")
     demo.add_argument(
-        "--duration", type=_positive(float), default=20.0, help="seconds of agent traffic (20)"
+        "--duration", type=_positive(float), default=15.0, help="seconds of agent traffic (15)"
     )
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--summarizer", default="keypoints", choices=["keypoints", "truncate", "llm"])
-    demo.add_argument("--keep", action="store_true", help="keep the demo's data afterwards")
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the demo's data afterwards, and print the CLI commands that browse it",
+    )
     _add_verbose(demo, "log at INFO level")
     demo.set_defaults(run=_demo)
 
