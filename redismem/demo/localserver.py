@@ -1,6 +1,6 @@
-"""A throwaway ``redis-server`` on a free loopback port (demo, benchmarks).
+"""A throwaway ``redis-server`` on a free loopback port (benchmarks).
 
-Never used implicitly by the library: only the CLI's demo and the benchmark
+Never used implicitly by the library: only the benchmark
 scripts start one, and they stop it when done.
 """
 
