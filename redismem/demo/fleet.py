@@ -456,7 +456,13 @@ async def run_demo(options: DemoOptions) -> int:
     )
     fleet = _Fleet(options, url, namespace, embedded)
     try:
-        memory = await Memory.connect(url, namespace=namespace, queue_url=options.queue_url)
+        # The agents' options: a read slides a session's TTL to the reader's.
+        memory = await Memory.connect(
+            url,
+            namespace=namespace,
+            queue_url=options.queue_url,
+            **dict(MEMORY_OPTIONS, queue_name=fleet.queue_name),
+        )
     except BaseException:
         if server is not None and server.started:
             server.stop()
