@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,11 @@ def test_every_read_command_prints_one_json_document(redis_url: str, namespace: 
             documents[name] = _json(result)
             assert keys <= set(documents[name]), (name, documents[name])
 
+        documented = documented_json_keys()
+        assert set(documented) == set(commands)
+        for name, document in documents.items():
+            assert set(document) == documented[name], name
+
         sessions = documents["sessions"]["sessions"]
         trip = next(s for s in sessions if s["session_id"] == "trip-1")
         assert trip["message_count"] == 2 and trip["tags"] == {"topic": "travel"}
@@ -320,3 +326,39 @@ def test_every_command_has_a_description_and_examples() -> None:
     assert "summarization worker" not in worker
     for does in ("index new messages", "running summary", "extract lasting memories"):
         assert does in " ".join(worker.split()), does
+
+
+# -- docs/cli.md ---------------------------------------------------------------------
+
+CLI_DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def documented_json_keys() -> dict[str, set[str]]:
+    """docs/cli.md's table of ``--json`` keys: command -> top-level keys."""
+    found = {}
+    text = CLI_DOC.read_text(encoding="utf-8")
+    table = text.split("| command | top-level keys |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    for line in table.splitlines():
+        match = re.fullmatch(r"\| `([a-z -]+)` \| (.+) \|", line)
+        assert match, line
+        top = re.sub(r"\([^)]*\)", "", match.group(2))  # nested keys left out
+        top = top.split(";")[0]  # "with --history: ..." is another shape
+        found[match.group(1)] = set(re.findall(r"`([a-z_]+)`", top))
+    return found
+
+
+def test_the_documented_commands_parse() -> None:
+    parser = build_parser()
+    text = CLI_DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    lines = [line for block in blocks for line in block.splitlines()]
+    commands = [
+        re.sub(r"^([A-Z_]+=\S+ )+", "", line.split("|")[0].split("#")[0]).strip()
+        for line in lines
+        if "redismem " in line
+    ]
+    assert len(commands) > 15
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == "redismem", command
+        parser.parse_args(words[1:])  # exits (fails the test) on a bad command
