@@ -123,7 +123,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()

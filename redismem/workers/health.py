@@ -98,7 +98,7 @@ class WorkerHealth:
         seen = f"seen {self.seen_ago:.0f}s ago"
         return (
             f"worker {self.name}: STALE, no health record in the last "
-            f"{HEALTH_INTERVAL_S + 1} s ({seen})"
+            f"{HEALTH_INTERVAL_S + 1}s ({seen})"
         )
 
 
@@ -146,5 +146,6 @@ async def check(url: str, queue: str, name: str | None = None) -> tuple[bool, li
     worker ``name``) is healthy, and one line per worker (or why none is)."""
     health = await worker_health(url, queue, name)
     if not health:
-        return False, [f"no worker seen on queue {queue!r} in the last {FORGET_S} s"]
+        seen = f"no worker seen on queue {queue!r} in the last {FORGET_S}s"
+        return False, [f"{seen} (start one: redismem worker)"]
     return all(w.healthy for w in health), [w.describe() for w in health]
