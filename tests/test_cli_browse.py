@@ -7,6 +7,7 @@ start-up line and its health records at DEBUG, and help with examples."""
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import re
 import shlex
@@ -362,3 +363,25 @@ def test_the_documented_commands_parse() -> None:
         words = shlex.split(command)
         assert words[0] == "redismem", command
         parser.parse_args(words[1:])  # exits (fails the test) on a bad command
+
+
+def test_user_root_patterns_match_each_user_once_in_any_epoch() -> None:
+    from redismem.core.keys import KeyLayout, namespace_of
+
+    layout = KeyLayout("ns")
+    roots = [layout.sessions(ODD_USER), layout.sessions("bob", 1700000000000)]
+    roots += [layout.recall("carol").i_meta, layout.store("dave").refs]
+    for key in roots:
+        assert any(fnmatch.fnmatchcase(key, p) for p in layout.user_root_patterns()), key
+        assert namespace_of(key.encode()) == "ns"
+    assert [layout.parse_user_root(k) for k in roots] == [ODD_USER, "bob", "carol", "dave"]
+    others = [
+        layout.session("bob", "sessions", 0).msgs,  # a session named "sessions"
+        layout.guard("bob"),
+        layout.pending("bob"),
+        "ns:{u:bob}:x:sessions",
+        "other:{u:%zz}:sessions",
+        "ns:{lg:t}:ids",
+    ]
+    assert [layout.parse_user_root(k) for k in others] == [None] * len(others)
+    assert namespace_of("nope") is None and namespace_of("a b:{u:x}:sessions") is None
