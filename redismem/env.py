@@ -50,10 +50,12 @@ VARIABLES: dict[str, str] = {
     "the namespace(s) the reconcile sweep covers, comma separated",
     "REDISMEM_TTL": "clients: lifetime of a session's keys in seconds, or none (default 7 days)",
     "REDISMEM_QUEUE_NAME": "arq queue name (default redismem/queue); clients must match",
-    "REDISMEM_WORKER_NAME": "this worker's name in health checks (default HOST-PID)",
+    "REDISMEM_WORKER_NAME": "this worker's name in health checks, as redismem worker --check NAME "
+    "takes it (default HOST-PID)",
     "REDISMEM_METRICS_PORT": "serve the worker's Prometheus metrics at /metrics on this port, "
     "on every interface (redismem worker --metrics-port; needs redismem[server])",
-    "REDISMEM_SUMMARIZER": "keypoints (default), truncate or llm",
+    "REDISMEM_SUMMARIZER": "keypoints (default), truncate or llm: how the workers fold a "
+    "session's older messages into its running summary",
     "REDISMEM_SUMMARY_MAX_CHARS": "truncate: characters kept (default 2000)",
     "REDISMEM_EXTRACTOR": "off (default), rules or llm: how the workers turn new messages of "
     "indexed sessions into typed memories (llm: the REDISMEM_LLM_* endpoint)",

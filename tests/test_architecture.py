@@ -19,14 +19,13 @@ PACKAGE = Path(redismem.__file__).parent
 ABOVE_THE_FACADE = {
     "redismem",
     "redismem.client",
-    "redismem.cli",
     "redismem.__main__",
     "redismem.sync",
     "redismem.portability",
 }
-#: Packages standing on the façade as a whole: the demo and the service
-#: (HTTP API, MCP) are applications of the library.
-PACKAGES_ABOVE_THE_FACADE = ("redismem.demo", "redismem.server")
+#: Packages standing on the façade as a whole: the command line, the demo and
+#: the service (HTTP API, MCP) are applications of the library.
+PACKAGES_ABOVE_THE_FACADE = ("redismem.cli", "redismem.demo", "redismem.server")
 #: Layer → the layers it may import (itself included). Top-level foundation
 #: modules (errors, env, checks, values, models, config, llm, ...) are open
 #: to everyone and listed under "foundation".

@@ -22,6 +22,9 @@ COMMANDS = [
     ["sessions", "--user", "u"],
     ["inspect", "s", "--user", "u"],
     ["memories", "--user", "u"],
+    ["users"],
+    ["namespaces"],
+    ["search", "q", "--user", "u"],
 ]
 
 

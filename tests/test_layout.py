@@ -40,9 +40,8 @@ def _is_entry_point(module: str) -> bool:
     return module in {
         "redismem",
         "redismem.__main__",
-        "redismem.cli",
         "redismem.sync",
-    } or module.startswith(("redismem.demo", "redismem.server"))
+    } or module.startswith(("redismem.cli", "redismem.demo", "redismem.server"))
 
 
 def _is_type_checking(test: ast.expr) -> bool:

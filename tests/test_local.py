@@ -392,3 +392,30 @@ def wait_until(check: object, within: float = 20.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_the_local_command_shows_starts_and_stops_the_server(
+    tmp_path: Path, local_dirs: list[Path]
+) -> None:
+    home = tmp_path / "cmd"
+    local_dirs.append(home)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*redismem_command(), "local", *args, str(home)],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert "not running" in run("status").stdout
+    started = run("start")
+    assert started.returncode == 0, started.stderr
+    shown = json.loads(run("status", "--json").stdout)
+    assert shown["running"] and shown["pid"] == local.status(home).pid
+    assert shown["url"] == f"local://{home}"
+    assert run("stop").stdout.startswith("stopped")
+    assert not local.status(home).running
+    assert run("stop").stdout.strip() == "none was running"

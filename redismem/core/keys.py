@@ -194,6 +194,8 @@ __all__ = [
     "StoreKeys",
     "UserKeys",
     "escape_id",
+    "namespace_of",
+    "namespace_root_patterns",
     "parse_store_namespace_ref",
     "parse_store_ref",
     "store_namespace_ref",
@@ -237,6 +239,10 @@ SESSION_META_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
         "xbox": "outbox: memories extracted but not yet added (msgpack)",
     }
 )
+#: Kinds of the user keys that say a user holds data in an epoch (roots of
+#: their families, see ``KeyLayout.epoch_roots``): sessions, recall index
+#: (format 2, format 1), long-term store. ``redismem users`` finds users by them.
+USER_ROOT_KINDS = ("sessions", "i:meta", "r:docs", "kv:refs")
 #: Namespaces that would hold the work queue's keys.
 RESERVED_NAMESPACES = frozenset({"arq"})
 #: Prefix of the work-queue side's keys; no namespace can contain it.
@@ -640,6 +646,23 @@ class KeyLayout:
         kind ``i:meta``)."""
         return f"{self.namespace}:{{u:*:i:meta"
 
+    def user_root_patterns(self) -> list[str]:
+        """SCAN patterns that, together, match a root key (``USER_ROOT_KINDS``)
+        of every user holding data, in any epoch (and a few other keys: check
+        matches with ``parse_user_root``)."""
+        return [f"{self.namespace}:{{u:*:{kind}" for kind in USER_ROOT_KINDS]
+
+    def parse_user_root(self, key: str | bytes) -> str | None:
+        """The (unescaped) user id when ``key`` is a root key of a user, else None."""
+        try:
+            text = key.decode("utf-8") if isinstance(key, bytes) else key
+            parsed = self.parse_key(text)
+        except (InvalidInput, UnicodeDecodeError):
+            return None
+        if parsed.session_id is not None or parsed.kind not in USER_ROOT_KINDS:
+            return None
+        return parsed.user_id
+
     def session_key(self, user_id: str, session_id: str, kind: str, epoch: int = 0) -> str:
         return f"{self.user_prefix(user_id, epoch)}s:{escape_id(session_id)}:{kind}"
 
@@ -784,6 +807,26 @@ _GRAPH_THREAD_KINDS = ("ck", "ix", "ids", "bl", "wr", "wi", "runs")
 def _session_keys(layout: KeyLayout, user_id: str, session_id: str, epoch: int) -> SessionKeys:
     # Cached: every call of the client builds the keys of its session.
     return layout._build_session(user_id, session_id, epoch)
+
+
+def namespace_root_patterns() -> list[str]:
+    """SCAN patterns that, together, match a user root key of every namespace
+    holding users (and a few other keys: check matches with ``namespace_of``)."""
+    return [f"*:{{u:*:{kind}" for kind in USER_ROOT_KINDS]
+
+
+def namespace_of(key: str | bytes) -> str | None:
+    """The namespace of a user root key (a match of
+    ``namespace_root_patterns``), None for any other key."""
+    try:
+        text = key.decode("utf-8") if isinstance(key, bytes) else key
+        namespace, sep, _ = text.partition(":{u:")
+        if not sep:
+            return None
+        found = KeyLayout(namespace).parse_user_root(text)
+    except (InvalidInput, UnicodeDecodeError):
+        return None
+    return None if found is None else namespace
 
 
 def user_digest(namespace: str, user_id: str) -> str:

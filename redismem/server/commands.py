@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +42,35 @@ def _whole(minimum: int) -> Any:
     return parse
 
 
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) + "\n"
+
+
+_RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _fill(text: str) -> str:
+    return textwrap.fill(text, 79)
+
+
 def add_commands(sub: Any) -> None:
     """Add ``serve`` and ``keys`` to the ``redismem`` command's subparsers."""
     serve = sub.add_parser(
         "serve",
         help="serve the memory over HTTP (needs redismem[server])",
-        description="Serve the HTTP API (/v1), /healthz and /readyz with uvicorn. Every request "
-        "needs an API key of the path's namespace (redismem keys create). SIGTERM stops "
-        "accepting connections and lets the requests in flight finish (--shutdown-timeout). "
-        "TLS belongs to a reverse proxy in front (see deploy/).",
-        epilog=env.describe(env.SERVER_VARIABLES),
+        description=_fill(
+            "Serve the HTTP API (/v1), /healthz and /readyz with uvicorn. Every request "
+            "needs an API key of the path's namespace (redismem keys create). SIGTERM stops "
+            "accepting connections and lets the requests in flight finish (--shutdown-timeout). "
+            "TLS belongs to a reverse proxy in front (see deploy/)."
+        ),
+        epilog=_examples(
+            "redismem keys create --namespace prod --role write --file keys.txt",
+            "REDISMEM_API_KEYS_FILE=keys.txt redismem serve --host 0.0.0.0 --port 8080",
+            "redismem serve --insecure-no-auth --namespace dev      # loopback only",
+        )
+        + "\n"
+        + env.describe(env.SERVER_VARIABLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
@@ -114,11 +134,32 @@ def add_commands(sub: Any) -> None:
     _verbose(serve)
     serve.set_defaults(run=_serve)
 
-    keys = sub.add_parser("keys", help="the server's API keys")
+    keys = sub.add_parser(
+        "keys",
+        help="the server's API keys",
+        description=_fill(
+            "Make and list the API keys redismem serve accepts. The keys file holds "
+            "their hashes only: a key is shown once, when it is made."
+        ),
+        epilog=_examples(
+            "redismem keys create --namespace prod --role read --name dashboards",
+            "redismem keys list --file /etc/redismem/keys",
+        ),
+        formatter_class=_RAW,
+    )
     actions = keys.add_subparsers(dest="keys_command", required=True)
     create = actions.add_parser(
         "create",
         help="make an API key: prints it once and appends its hash to the keys file",
+        description=_fill(
+            "Make an API key for one namespace and role: the key goes to stdout "
+            "(once, never again), its hash to the keys file."
+        ),
+        epilog=_examples(
+            "redismem keys create --namespace prod --role write --name agents",
+            "redismem keys create --namespace prod --role admin --file keys.txt > admin.key",
+        ),
+        formatter_class=_RAW,
     )
     create.add_argument("--namespace", required=True, help="the namespace the key is for")
     create.add_argument(
@@ -134,7 +175,13 @@ def add_commands(sub: Any) -> None:
     )
     _verbose(create)
     create.set_defaults(run=_keys_create)
-    listing = actions.add_parser("list", help="the keys of the keys file (never the keys)")
+    listing = actions.add_parser(
+        "list",
+        help="the keys of the keys file (never the keys)",
+        description=_fill("One line per key of the keys file: its id, namespace, role and name."),
+        epilog=_examples("redismem keys list", "redismem keys list --file keys.txt"),
+        formatter_class=_RAW,
+    )
     listing.add_argument(
         "--file", metavar="FILE", help="keys file (default $REDISMEM_API_KEYS_FILE)"
     )
@@ -144,10 +191,17 @@ def add_commands(sub: Any) -> None:
     mcp = sub.add_parser(
         "mcp",
         help="serve the memory as MCP tools over stdio, for desktop and IDE agents",
-        description="Serve the memory's MCP tools over stdin/stdout until the client closes "
-        "them: the command an MCP client (Claude Desktop, Cursor...) starts. Redis is "
-        "connected on the first tool call. Over HTTP, redismem serve has them at /mcp. "
-        "See docs/mcp.md.",
+        description=_fill(
+            "Serve the memory's MCP tools over stdin/stdout until the client closes "
+            "them: the command an MCP client (Claude Desktop, Cursor...) starts. Redis is "
+            "connected on the first tool call. Over HTTP, redismem serve has them at /mcp. "
+            "See docs/mcp.md."
+        ),
+        epilog=_examples(
+            "redismem mcp --url redis://localhost:6379/0 --user alice",
+            "REDISMEM_URL=redis://localhost:6379/0 redismem mcp --namespace team",
+        ),
+        formatter_class=_RAW,
     )
     mcp.add_argument("--url", help="memory Redis URL (default $REDISMEM_URL)")
     mcp.add_argument(

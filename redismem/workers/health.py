@@ -86,12 +86,19 @@ class WorkerHealth:
     record: str | None  # arq's health record (jobs complete, failed, ...)
 
     def describe(self) -> str:
-        seen = "never registered" if self.seen_ago is None else f"seen {self.seen_ago:.0f}s ago"
         if self.healthy:
             return f"worker {self.name}: healthy ({self.record})"
+        if self.seen_ago is None:
+            # Not in the registry and no health record: no worker of that
+            # name has run on this queue lately (a stopped one deregisters).
+            return (
+                f"worker {self.name}: never registered on this queue (no worker of that "
+                "name runs here, or it stopped); check the name and REDISMEM_QUEUE_NAME"
+            )
+        seen = f"seen {self.seen_ago:.0f}s ago"
         return (
             f"worker {self.name}: STALE, no health record in the last "
-            f"{HEALTH_INTERVAL_S + 1} s ({seen})"
+            f"{HEALTH_INTERVAL_S + 1}s ({seen})"
         )
 
 
@@ -139,5 +146,6 @@ async def check(url: str, queue: str, name: str | None = None) -> tuple[bool, li
     worker ``name``) is healthy, and one line per worker (or why none is)."""
     health = await worker_health(url, queue, name)
     if not health:
-        return False, [f"no worker seen on queue {queue!r} in the last {FORGET_S} s"]
+        seen = f"no worker seen on queue {queue!r} in the last {FORGET_S}s"
+        return False, [f"{seen} (start one: redismem worker)"]
     return all(w.healthy for w in health), [w.describe() for w in health]

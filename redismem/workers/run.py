@@ -11,11 +11,15 @@ next poll starts it), ``run_cron`` (the tick is skipped; the next one
 enqueues) and ``run_job`` (the job's in-progress key expires and arq runs it
 again; our jobs are idempotent). arq's own ``Worker`` is left as it is.
 
-``serve`` waits (a bounded time) for Redis at start-up, fails at once on
-refused credentials or an invalid URL, and restarts its worker in place if a
-connection error still escapes arq's loop (its pool already retries for up
-to ``OUTAGE_S``, see ``connections.py``). Run workers under a supervisor
-anyway: past ``OUTAGE_S`` they exit.
+``serve`` logs one start-up line naming what the worker runs (queue,
+namespaces swept, summarizer, extractor, consolidator, embedder), and arq's
+"recording health" lines at DEBUG (arq logs one at INFO each time its health
+record changes: every 5 s while jobs run). It waits (a bounded time) for
+Redis at start-up, fails at once on refused credentials or an invalid URL,
+and restarts its worker in place if a connection error still escapes arq's
+loop (its pool already retries for up to ``OUTAGE_S``, see
+``connections.py``). Run workers under a supervisor anyway: past
+``OUTAGE_S`` they exit.
 
 arq's own CLI (``arq redismem.workers.WorkerSettings``, ``arq
 workers.WorkerSettings`` from a checkout) builds the ``Worker`` class it
@@ -36,11 +40,19 @@ from typing import Any
 import redis.exceptions as rexc
 from arq.worker import Worker, get_kwargs
 
+from redismem import plugins
 from redismem.config import WorkerConfig, check_url
 from redismem.workers.connections import OUTAGE_S, queue_pool, wait_for_redis
 from redismem.workers.settings import worker_settings
 
-__all__ = ["CLOSE_TIMEOUT_S", "MemoryWorker", "create_worker", "serve", "use_in_arq_cli"]
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "MemoryWorker",
+    "create_worker",
+    "describe",
+    "serve",
+    "use_in_arq_cli",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +138,52 @@ async def _close(worker: Worker) -> None:
         logger.warning("worker did not close cleanly: %r", exc)
 
 
+def _plugin_name(registry: plugins.Registry, plugin: Any) -> str:
+    """The registry's name of ``plugin`` (its class name when it is not one
+    of the registry's), with its model when it has one."""
+    if plugin is None:
+        return next((name for name, p in registry.plugins.items() if p is None), "none")
+    cls = type(plugin).__name__
+    name = next(
+        (n for n, p in registry.plugins.items() if p is not None and p.path.endswith(f":{cls}")),
+        cls,
+    )
+    model = getattr(plugin, "model_id", None) or getattr(plugin, "model", None)
+    if model is None:
+        model = getattr(getattr(plugin, "endpoint", None), "model", None)
+    return f"{name} ({model})" if isinstance(model, str) and model else name
+
+
+def describe(config: WorkerConfig) -> str:
+    """What a worker with ``config`` runs, in one line (its start-up log)."""
+    return (
+        f"worker {config.name} on queue {config.queue_name!r}, sweeping namespace"
+        f"{'s' if len(config.namespaces) > 1 else ''} {', '.join(config.namespaces)}: "
+        f"summarizer {_plugin_name(plugins.SUMMARIZERS, config.summarizer)}, "
+        f"extractor {_plugin_name(plugins.EXTRACTORS, config.extractor)}, "
+        f"consolidator {_plugin_name(plugins.CONSOLIDATORS, config.consolidator)}, "
+        f"embedder {_plugin_name(plugins.EMBEDDERS, config.embedder_object)}"
+    )
+
+
+class _HealthAtDebug(logging.Filter):
+    """On arq's worker logger: "recording health" records go out at DEBUG
+    (dropped unless that logger is enabled for DEBUG), not at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and str(record.msg).startswith("recording health"):
+            if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _health_at_debug() -> None:
+    arq_logger = logging.getLogger("arq.worker")
+    if not any(isinstance(f, _HealthAtDebug) for f in arq_logger.filters):
+        arq_logger.addFilter(_HealthAtDebug())
+
+
 async def serve(config: WorkerConfig, *, burst: bool = False, wait: float = 30.0) -> None:
     """Run one worker with ``config`` until SIGTERM or SIGINT (with ``burst``,
     until the queue is empty). Waits up to ``wait`` seconds for Redis at
@@ -136,6 +194,8 @@ async def serve(config: WorkerConfig, *, burst: bool = False, wait: float = 30.0
     servers = tuple(dict.fromkeys((config.url, config.queue_url)))
     for url in servers:
         await wait_for_redis(url, wait)
+    _health_at_debug()
+    logger.info("%s", describe(config))
     while True:
         worker = MemoryWorker(
             **worker_settings(config),
