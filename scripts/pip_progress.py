@@ -25,6 +25,14 @@ from collections import deque
 from pathlib import Path
 
 TAIL_LINES = 60
+#: pip's lines that start a phase before the dependencies are collected.
+PHASES = (
+    ("Obtaining ", "reading the package"),
+    ("Installing build dependencies", "installing the build backend (setuptools)"),
+    ("Checking if build backend", "preparing the package's metadata"),
+    ("Preparing editable metadata", "preparing the package's metadata"),
+    ("Preparing metadata", "preparing the package's metadata"),
+)
 
 
 def normalize(name: str) -> str:
@@ -73,6 +81,11 @@ class Progress:
     def line(self, text: str) -> None:
         """One line of pip's output."""
         text = text.strip()
+        for start, phase in PHASES:
+            if text.startswith(start) and phase != self.phase:
+                self.phase = phase
+                if not self.collected:
+                    self.say(phase)
         if match := re.match(r"Collecting (\S+?)(?:[<>=!~;\[ (]|$)", text):
             self.collected.append(match.group(1))
             if time.monotonic() - self.last_said >= 1.0:
