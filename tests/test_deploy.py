@@ -682,7 +682,7 @@ def test_k8s_schema_check_is_real() -> None:
     manifests = load_manifests()
     assert set(manifests) == {
         ("ConfigMap", "redismem"),
-        ("ConfigMap", "redismem-redis"),
+        ("ConfigMap", "redismem-redis-conf"),
         ("ConfigMap", "redismem-server"),
         ("ConfigMap", "redismem-worker"),
         ("Deployment", "redismem-server"),
@@ -1821,7 +1821,7 @@ def test_k8s_redis_is_a_statefulset_with_aof_on_a_volume_and_the_kits_password()
     pod = _pod(statefulset)
     (container,) = pod["containers"]
     # redis.conf is deploy/redis.conf (AOF fsynced every second, noeviction).
-    configmap = manifests[("ConfigMap", "redismem-redis")]
+    configmap = manifests[("ConfigMap", "redismem-redis-conf")]
     assert configmap["data"]["redis.conf"] == (DEPLOY / "redis.conf").read_text()
     script = container["command"]
     assert script[:2] == ["sh", "-c"]
@@ -1831,7 +1831,10 @@ def test_k8s_redis_is_a_statefulset_with_aof_on_a_volume_and_the_kits_password()
     )
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes[mounts["/usr/local/etc/redis"]["name"]]["configMap"]["name"] == "redismem-redis"
+    assert (
+        volumes[mounts["/usr/local/etc/redis"]["name"]]["configMap"]["name"]
+        == "redismem-redis-conf"
+    )
     assert volumes[mounts["/run/redis"]["name"]]["emptyDir"]["medium"] == "Memory"
     # The data on a claim of its own, where the image keeps it.
     (claim,) = statefulset["spec"]["volumeClaimTemplates"]
