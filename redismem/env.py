@@ -52,6 +52,8 @@ VARIABLES: dict[str, str] = {
     "REDISMEM_QUEUE_NAME": "arq queue name (default redismem/queue); clients must match",
     "REDISMEM_WORKER_NAME": "this worker's name in health checks, as redismem worker --check NAME "
     "takes it (default HOST-PID)",
+    "REDISMEM_HEARTBEAT_FILE": "a file the worker touches at each heartbeat Redis took (every "
+    "5 s), for a health probe that reads its age and starts no Python (deploy/)",
     "REDISMEM_METRICS_PORT": "serve the worker's Prometheus metrics at /metrics on this port, "
     "on every interface (redismem worker --metrics-port; needs redismem[server])",
     "REDISMEM_SUMMARIZER": "keypoints (default), truncate or llm: how the workers fold a "

