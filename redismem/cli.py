@@ -224,7 +224,7 @@ async def _sessions(args: argparse.Namespace) -> int:
 async def _memories(args: argparse.Namespace) -> int:
     async with await _connect(args, refresh_ttl_on_read=False) as memory:
         if args.history:
-            changes = await memory.memories.history(args.user, args.history)
+            changes = await memory.memories.history(args.history, user_id=args.user)
             if not changes:
                 print(
                     f"no memory {args.history!r} for user {args.user!r} "
@@ -245,7 +245,7 @@ async def _memories(args: argparse.Namespace) -> int:
             print(_table(changed, ["version", "at", "change", "status", "text", "reason"]))
             return 0
         hits = await memory.memories.search(
-            args.user, args.query, status=args.status, limit=args.limit
+            args.query, user_id=args.user, status=args.status, limit=args.limit
         )
     if not hits:
         print(f"no {args.status} memories for user {args.user!r} in this namespace")

@@ -509,4 +509,4 @@ async def test_http_without_keys_the_url_names_the_namespace(
     # In namespace b, and only there.
     for name, count in ((server.b, 1), (server.a, 0)):
         memory = await memory_factory(server.redis_url, namespace=name)
-        assert len(await memory.memories.search(user, "tea")) == count
+        assert len(await memory.memories.search("tea", user_id=user)) == count
