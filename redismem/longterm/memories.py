@@ -89,12 +89,9 @@ from redismem.longterm.inputs import (
     notes_or_extracted,
 )
 from redismem.longterm.records import (
-    Action,
-    AgentTask,
     Document,
     DocumentChunk,
     Fact,
-    Goal,
     MemoryChange,
     MemoryKind,
     MemoryRecord,
