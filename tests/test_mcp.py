@@ -284,7 +284,7 @@ async def test_stdio_errors_are_one_line_tool_errors(
         )
         assert text == "InvalidInput: predicate and object are for facts (kind='fact') only"
         text = error_of(await client.call_tool("remember", {"text": "   "}))
-        assert text.startswith("InvalidInput: not a valid memory record")
+        assert text == "InvalidInput: a fact record: field 'text': text must not be blank"
         # The server is still there after all of these.
         assert (await client.call_tool("list_sessions", {})).is_error is False
 

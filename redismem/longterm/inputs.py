@@ -102,7 +102,8 @@ def record_error(exc: ValidationError, what: str = "memory record") -> InvalidIn
     if first["type"] == "extra_forbidden":
         message = f"{where} has no field {field!r}"
     else:
-        message = f"{where}: field {field!r}: {first['msg'].lower()}"
+        said = first["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        message = f"{where}: field {field!r}: {said[:1].lower()}{said[1:]}"
     more = len(problems) - 1
     return InvalidInput(message + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""))
 
