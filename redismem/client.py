@@ -562,18 +562,22 @@ class Memory:
         args = SummarizeArgs.decode_optional(namespace, settings)
         try:
             await self.queue.enqueue(uid, sid, episode, namespace, args)
-            # Here, in the enqueue's background task, never on the write's path.
-            await (await self._worker_presence()).check()
         except RedisMemError as exc:
             # The write has landed and the session is marked pending: the
             # workers' reconcile sweep will enqueue it. The write must not fail.
             logger.warning(
                 "could not enqueue summarization of %r (%s); the sweep will pick it up", sid, exc
             )
+            return
         except Exception:
             logger.exception(
                 "enqueueing summarization of %r failed; the sweep will pick it up", sid
             )
+            return
+        if not self._config.embedded:  # whose workers run in this process
+            # Here, in the enqueue's background task, never on the write's
+            # path; a look at the queue's workers at most every CHECK_EVERY_S.
+            await (await self._worker_presence()).check()
 
     # -- reads -------------------------------------------------------------
 
