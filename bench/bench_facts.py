@@ -21,7 +21,7 @@ variables, and read back through ``mem.memories.search`` and ``mem.search``:
    in the conversation sent). The figures include the indexing every job
    does first.
 2. Lag from ``write`` returning to the fact being found by
-   ``mem.memories.search(user, city)`` (polled every 10 ms), one idle
+   ``mem.memories.search(city, user_id=user)`` (polled every 10 ms), one idle
    ``rules`` worker, one message "I live in <city>." in a fresh user's fresh
    session per sample (30; 10 with ``--quick``): with ``REDISMEM_EXTRACT_QUIET``
    0 and with its default 2 s, the client at its default ``summarize_delay``
@@ -34,7 +34,7 @@ variables, and read back through ``mem.memories.search`` and ``mem.search``:
    ``dia_id`` in the metadata), 2 ``rules`` workers (quiet 0), flushed. Every
    question of categories 1-4 with evidence is asked three ways: the top 10
    messages (``mem.search``), the top 10 memories
-   (``mem.memories.search(user, question)``) and both fused by reciprocal rank
+   (``mem.memories.search(question, user_id=user)``) and both fused by reciprocal rank
    (k=60) into a top 10. A question counts when its answer (a non-empty
    string; lower-cased, punctuation turned into spaces, on word boundaries)
    appears in the text of one of the 10 results. Also the evidence recall@10
@@ -481,8 +481,8 @@ async def throughput_round(
                 raise Failure(f"{extractor}: jobs failed\n{workers.logs()}")
         active = stored = 0
         for u in range(users):
-            active += len(await mem.memories.search(f"u{u}", limit=100_000))
-            stored += len(await mem.memories.search(f"u{u}", status="any", limit=100_000))
+            active += len(await mem.memories.search(user_id=f"u{u}", limit=100_000))
+            stored += len(await mem.memories.search(user_id=f"u{u}", status="any", limit=100_000))
         log(
             f"throughput {extractor}, round {round_ + 1}: {total:,} messages done in "
             f"{done_seconds:.2f} s (flush() returned after {flush_seconds:.2f} s)"
@@ -540,7 +540,7 @@ async def lag_samples(
         )
         written = time.perf_counter()
         while True:
-            hits = await mem.memories.search(uid, city, limit=5)
+            hits = await mem.memories.search(city, user_id=uid, limit=5)
             now = time.perf_counter()
             if any(city in h.record.text for h in hits):
                 lags.append((now - written) * 1000)
@@ -695,13 +695,13 @@ async def locomo(url: str, data: Path, log: Log) -> LocomoResult | str:
         asked: list[Asked] = []
         for conv in convs:
             uid = f"locomo-{conv.sample}"
-            records = await mem.memories.search(uid, limit=100_000)
+            records = await mem.memories.search(user_id=uid, limit=100_000)
             memories[conv.sample] = len(records)
             for hit in records:
                 kinds[hit.record.kind] += 1
             for q, answer in zip(conv.questions, answers(data, conv), strict=True):
                 msg_hits = await mem.search(q.text, user_id=uid, limit=10)
-                mem_hits = await mem.memories.search(uid, q.text, limit=10)
+                mem_hits = await mem.memories.search(q.text, user_id=uid, limit=10)
                 dia = {h.message.metadata.get("dia_id") for h in msg_hits}
                 one = Asked(q.category, bool(dia & q.evidence), None, memory_hits=len(mem_hits))
                 if isinstance(answer, str) and normalized(answer).strip():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import inspect
 import logging
 import warnings
@@ -83,6 +84,7 @@ from redismem.surface import WriteOutcome
 if TYPE_CHECKING:
     from redismem.longterm.memories import Knowledge
     from redismem.longterm.store import LongTermStore
+    from redismem.workers.presence import WorkerPresence, Workers
 
 __all__ = ["Memory", "WriteOutcome", "new_write_id"]
 
@@ -169,6 +171,8 @@ class Memory:
         self._recent_keys: dict[tuple[str, str], tuple[str, str, SessionKeys]] = {}
         self._store: LongTermStore | None = None
         self._memories: Knowledge | None = None
+        #: Whether the queue has a live worker (made on first use).
+        self._presence: WorkerPresence | None = None
         args = self.summarize_args()
         self._summarize_settings = args.encode() if args else ""
         #: The write script's recall argument: None = indexing off, 0 = keep forever.
@@ -564,10 +568,16 @@ class Memory:
             logger.warning(
                 "could not enqueue summarization of %r (%s); the sweep will pick it up", sid, exc
             )
+            return
         except Exception:
             logger.exception(
                 "enqueueing summarization of %r failed; the sweep will pick it up", sid
             )
+            return
+        if not self._config.embedded:  # whose workers run in this process
+            # Here, in the enqueue's background task, never on the write's
+            # path; a look at the queue's workers at most every CHECK_EVERY_S.
+            await (await self._worker_presence()).check()
 
     # -- reads -------------------------------------------------------------
 
@@ -858,8 +868,37 @@ class Memory:
     build_context = _MadeWithSelf(builder.build_context)
     #: Search over the user's indexed messages (``redismem.recall.index``).
     search = _MadeWithBackend(recall.search)
-    #: Wait for the workers' background work (``redismem.recall.index``).
-    flush = _MadeWithBackend(recall.flush)
+
+    async def flush(self, *, user_id: str | None = None, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
+        """Wait until the workers have done the background work (indexing,
+        summaries) due for every write made before this call, of ``user_id``
+        or of every user. True when done, False when ``timeout`` (seconds)
+        passed first. Needs running workers (``redismem worker``;
+        ``InProcessWorker`` with the embedded backend): when it times out
+        and none is running, that is logged (a WARNING, at most once per
+        ``WARN_EVERY_S`` of ``redismem.workers.presence``)."""
+        done = await recall.flush(self._backend, user_id=user_id, timeout=timeout)
+        if not done:
+            await (await self._worker_presence()).check(max_age=0, why="flush() timed out")
+        return done
+
+    async def workers(self) -> Workers:
+        """The workers of this client's queue, as ``redismem stats`` shows
+        them: each one's name, whether it is healthy or stale, when it was
+        last seen and arq's record of its jobs (``Workers.describe()`` says
+        it in lines). On the embedded backend: the ``InProcessWorker`` s of
+        this process."""
+        self._check_open()
+        return await (await self._worker_presence()).workers()
+
+    async def _worker_presence(self) -> WorkerPresence:
+        if self._presence is None:
+            # Imported in a thread: the workers' modules take ~0.3 s to
+            # import, which would stall this event loop (and its writes).
+            module = await asyncio.to_thread(importlib.import_module, "redismem.workers.presence")
+            if self._presence is None:
+                self._presence = module.WorkerPresence(self._config, lambda: self.queue.pool)
+        return self._presence
 
     # -- deletion ----------------------------------------------------------
 

@@ -40,9 +40,19 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Concatenate, ParamSpec, Protocol, Self, TypeVar, cast
+from typing import (
+    Any,
+    ClassVar,
+    Concatenate,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from redismem.client import Memory
 from redismem.config import MemoryConfig
@@ -50,9 +60,10 @@ from redismem.context import builder
 from redismem.core.connection import describe_url, open_redis
 from redismem.core.keys import KeyLayout
 from redismem.errors import ClientClosed
-from redismem.longterm.memories import Knowledge
+from redismem.longterm.memories import AddResult, Knowledge
 from redismem.longterm.records import MemoryRecord, Provenance
 from redismem.longterm.store import LongTermStore
+from redismem.models import Message
 from redismem.recall import index as recall
 
 __all__ = [
@@ -317,14 +328,42 @@ class SyncKnowledge(_View):
 
     _path = "memories"
 
-    add = _blocking(Knowledge.add)
+    @overload
+    def add(
+        self,
+        record: MemoryRecord | Mapping[str, Any],
+        *,
+        user_id: str,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+        infer: bool = True,
+    ) -> AddResult: ...
+
+    @overload
+    def add(
+        self,
+        record: str | Sequence[Mapping[str, Any] | Message],
+        *,
+        user_id: str,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+        infer: bool = True,
+    ) -> list[AddResult]: ...
+
+    def add(self, *args: Any, **kwargs: Any) -> AddResult | list[AddResult]:
+        # Written out: the async ``add`` is overloaded (a record, or text and
+        # messages); the signature test keeps the parameters exact.
+        return cast("AddResult | list[AddResult]", self._call("add", args, kwargs))
+
+    add.__doc__ = Knowledge.add.__doc__
+    add.__signature__ = inspect.signature(Knowledge.add)  # type: ignore[attr-defined]
     add_guarded = _blocking(Knowledge.add_guarded)
 
     def update(
         self,
-        user_id: str,
         memory_id: str,
         *,
+        user_id: str,
         reason: str = "",
         source: Provenance | None = None,
         **changes: Any,
@@ -334,7 +373,9 @@ class SyncKnowledge(_View):
         return cast(
             MemoryRecord,
             self._call(
-                "update", (user_id, memory_id), {"reason": reason, "source": source, **changes}
+                "update",
+                (memory_id,),
+                {"user_id": user_id, "reason": reason, "source": source, **changes},
             ),
         )
 
@@ -345,6 +386,8 @@ class SyncKnowledge(_View):
     get = _blocking(Knowledge.get)
     history = _blocking(Knowledge.history)
     search = _blocking(Knowledge.search)
+    get_all = _blocking(Knowledge.get_all)
+    delete_all = _blocking(Knowledge.delete_all)
     profile = _blocking(Knowledge.profile)
 
 
@@ -535,7 +578,8 @@ class SyncMemory:
     sessions = _blocking(Memory.sessions)
     build_context = _blocking(builder.build_context)
     search = _blocking(recall.search)
-    flush = _blocking(recall.flush)
+    flush = _blocking(Memory.flush)
+    workers = _blocking(Memory.workers)
     clear = _blocking(Memory.clear)
     clear_user = _blocking(Memory.clear_user)
     clear_all = _blocking(Memory.clear_all)

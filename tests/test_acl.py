@@ -269,16 +269,16 @@ async def client_calls(mem: Memory) -> None:
     fact = Fact(
         text="The user lives in Porto.", subject="user", predicate="lives_in", object="Porto"
     )
-    added = await mem.memories.add("alice", fact)
+    added = await mem.memories.add(fact, user_id="alice")
     record = added.record
-    assert (await mem.memories.get("alice", record.id)) is not None
-    await mem.memories.update("alice", record.id, text="The user lives in Porto, Portugal.")
-    assert await mem.memories.search("alice", "Porto")
-    assert len(await mem.memories.history("alice", record.id)) == 2
-    assert await mem.memories.delete("alice", record.id)
-    assert await mem.memories.restore("alice", record.id)
-    await mem.memories.profile("alice")
-    assert await mem.memories.purge("alice", record.id) >= 1
+    assert (await mem.memories.get(record.id, user_id="alice")) is not None
+    await mem.memories.update(record.id, user_id="alice", text="The user lives in Porto, Portugal.")
+    assert await mem.memories.search("Porto", user_id="alice")
+    assert len(await mem.memories.history(record.id, user_id="alice")) == 2
+    assert await mem.memories.delete(record.id, user_id="alice")
+    assert await mem.memories.restore(record.id, user_id="alice")
+    await mem.memories.profile(user_id="alice")
+    assert await mem.memories.purge(record.id, user_id="alice") >= 1
 
     assert await mem.clear(session_id="s1", user_id="alice") > 0
     await mem.write(CHAT[:1], session_id="s3", user_id="bob")
@@ -351,7 +351,7 @@ async def test_the_documented_user_runs_clients_workers_cli_and_adapters(
         summary = await mem.summary(session_id="trip", user_id="dana")
         assert summary is not None and summary.message_count >= 2, worker.log()[-3000:]
         assert await mem.search("trains", user_id="dana")
-        facts = await mem.memories.search("dana", kinds="fact")
+        facts = await mem.memories.search(user_id="dana", kinds="fact")
         found = {(f.record.predicate, f.record.object) for f in facts}  # type: ignore[union-attr]
         assert ("lives_in", "Lisbon") in found, (found, worker.log()[-3000:])
 

@@ -159,13 +159,13 @@ def test_memories_lists_a_users_memories_and_one_records_history(
         async with await Memory.connect(redis_url, namespace=namespace) as memory:
             for city in ("Lisbon", "Porto"):
                 added = await memory.memories.add(
-                    "alice",
                     Fact(
                         text=f"The user lives in {city}.",
                         subject="user",
                         predicate="lives_in",
                         object=city,
                     ),
+                    user_id="alice",
                 )
             return added.record.id
 

@@ -61,9 +61,9 @@ INT_CALLS: dict[str, Call] = {
     "build_context memories": lambda m, v: m.build_context(
         session_id="s", user_id="u", request="hello", max_tokens=100, memories=v
     ),
-    "memories.search limit": lambda m, v: m.memories.search("u", "hello", limit=v),
-    "memories.search offset": lambda m, v: m.memories.search("u", "hello", offset=v),
-    "memories.profile limit": lambda m, v: m.memories.profile("u", limit=v),
+    "memories.search limit": lambda m, v: m.memories.search("hello", user_id="u", limit=v),
+    "memories.search offset": lambda m, v: m.memories.search("hello", user_id="u", offset=v),
+    "memories.profile limit": lambda m, v: m.memories.profile(user_id="u", limit=v),
     "store.put if_version": lambda m, v: m.store.put(("u", "n"), "k", {"a": 2}, if_version=v),
     "store.search limit": lambda m, v: m.store.search(("u",), limit=v),
     "store.search offset": lambda m, v: m.store.search(("u",), offset=v),
@@ -81,7 +81,7 @@ INT_CALLS: dict[str, Call] = {
 #: Each public call with a number argument (a float or an int).
 NUMBER_CALLS: dict[str, Call] = {
     "search min_score": lambda m, v: m.search("hello", user_id="u", min_score=v),
-    "memories.search min_score": lambda m, v: m.memories.search("u", "hello", min_score=v),
+    "memories.search min_score": lambda m, v: m.memories.search("hello", user_id="u", min_score=v),
     "flush timeout": lambda m, v: m.flush(user_id="u", timeout=v),
     "store.put ttl": lambda m, v: m.store.put(("u", "n"), "k", {"a": 1}, ttl=v),
 }
@@ -163,7 +163,7 @@ async def test_numbers_must_be_finite(make_memory: MemoryFactory, raw: Any, name
     assert await snapshot(raw, f"*{namespace}*") == before
     # Finite numbers still work, an int among them.
     assert await mem.search("hello", user_id="u", min_score=0) == []  # no workers: not indexed
-    assert await mem.memories.search("u", "hello", min_score=0.5) == []
+    assert await mem.memories.search("hello", user_id="u", min_score=0.5) == []
     assert await mem.flush(user_id="u", timeout=0) in (True, False)
 
 

@@ -84,7 +84,7 @@ async def test_each_message_is_extracted_once_with_its_provenance(make_memory):
         ["Hi! I live in Lisbon", "I live in Mars (not me)"],
         ["Actually I live in Porto now"],
     ]
-    current = await mem.memories.search("alice")
+    current = await mem.memories.search(user_id="alice")
     assert [h.record.text for h in current] == ["The user lives in Porto."]
     source = current[0].record.sources[0]
     assert (source.session_id, source.message_ids, source.agent, source.origin) == (
@@ -93,9 +93,11 @@ async def test_each_message_is_extracted_once_with_its_provenance(make_memory):
         None,  # the third write named no agent
         "rules",
     )
-    first_source = (await mem.memories.search("alice", status="superseded"))[0].record.sources[0]
+    first_source = (await mem.memories.search(user_id="alice", status="superseded"))[
+        0
+    ].record.sources[0]
     assert (first_source.message_ids, first_source.agent) == ([message_id(1)], "planner")
-    old = await mem.memories.search("alice", status="superseded")
+    old = await mem.memories.search(user_id="alice", status="superseded")
     assert [h.record.text for h in old] == ["The user lives in Lisbon."]
 
 
@@ -108,7 +110,7 @@ async def test_a_failing_extractor_changes_nothing_and_the_next_pass_retries(mak
 
     with pytest.raises(ExtractorError):
         await extract_pass(mem.backend, Failing(), user_id="alice", session_id="s1", quiet=0)
-    assert await mem.memories.search("alice", status="any") == []
+    assert await mem.memories.search(user_id="alice", status="any") == []
     extractor = CityExtractor()
     outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert (outcome.status, outcome.memories) == ("extracted", 1)
@@ -138,18 +140,18 @@ async def test_a_pass_dying_while_it_applies_is_finished_by_the_next_once(make_m
     outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert outcome.status == "idle" and outcome.memories == 3  # the outbox, re-applied
     assert len(extractor.batches) == 1  # the messages were not extracted again
-    every = await mem.memories.search("alice", status="any", limit=50)
+    every = await mem.memories.search(user_id="alice", status="any", limit=50)
     assert sorted(h.record.text for h in every) == [
         "The user lives in Faro.",
         "The user lives in Lisbon.",
         "The user lives in Porto.",
     ]
     assert all(len(h.record.sources) == 1 for h in every)
-    assert [h.record.text for h in await mem.memories.search("alice")] == [
+    assert [h.record.text for h in await mem.memories.search(user_id="alice")] == [
         "The user lives in Faro."
     ]
     for hit in every:
-        changes = [c.change for c in await mem.memories.history("alice", hit.record.id)]
+        changes = [c.change for c in await mem.memories.history(hit.record.id, user_id="alice")]
         assert changes in (["added"], ["added", "superseded"])
 
 
@@ -172,7 +174,7 @@ async def test_a_session_cleared_during_extraction_gets_no_memories(make_memory)
     extractor.before_return = clear
     outcome = await extract_pass(mem.backend, extractor, user_id="alice", session_id="s1", quiet=0)
     assert outcome.status == "gone"
-    assert await mem.memories.search("alice", status="any") == []
+    assert await mem.memories.search(user_id="alice", status="any") == []
 
 
 async def test_summarization_never_compacts_a_message_not_yet_extracted(make_memory):
@@ -244,7 +246,7 @@ async def test_near_duplicates_found_by_extraction_go_to_the_consolidator(make_m
     )
     assert outcome.memories == 1
     assert shown == [("The user lives in Lisbon, Portugal.", ["The user lives in Lisbon."])]
-    [hit] = await mem.memories.search("alice", status="any")
+    [hit] = await mem.memories.search(user_id="alice", status="any")
     assert [s.message_ids for s in hit.record.sources] == [[message_id(1)], [message_id(2)]]
 
 
@@ -265,8 +267,8 @@ async def test_a_custom_extractor_s_values_are_ordered_by_when_they_were_said(ma
         mem.backend, CityExtractor(), user_id="alice", session_id="s1", quiet=0
     )
     assert outcome.status == "extracted"
-    [current] = await mem.memories.search("alice")
+    [current] = await mem.memories.search(user_id="alice")
     assert current.record.text == "The user lives in Porto."
     assert current.record.sources[0].at == day.replace(day=3)
-    [older] = await mem.memories.search("alice", status="superseded")
+    [older] = await mem.memories.search(user_id="alice", status="superseded")
     assert older.record.sources[0].at == day.replace(day=2)

@@ -86,7 +86,7 @@ async def test_rule_extraction_in_a_worker_process_feeds_the_next_session(
             user_id="dana",
         )
         assert await mem.flush(user_id="dana", timeout=30)
-        facts = await mem.memories.search("dana", kinds="fact")
+        facts = await mem.memories.search(user_id="dana", kinds="fact")
         found = {(f.record.predicate, f.record.object) for f in facts}  # type: ignore[union-attr]
         assert ("lives_in", "Lisbon") in found and ("name", "Dana") in found
         assert all(h.record.sources[0].session_id == "monday" for h in facts)
@@ -96,7 +96,7 @@ async def test_rule_extraction_in_a_worker_process_feeds_the_next_session(
             user_id="dana",
         )
         assert await mem.flush(user_id="dana", timeout=30)
-        homes = await mem.memories.search("dana", "lives", kinds="fact", status="any")
+        homes = await mem.memories.search("lives", user_id="dana", kinds="fact", status="any")
         by_object = {h.record.object: h.record for h in homes}  # type: ignore[union-attr]
         assert by_object["Porto"].status == "active"
         assert by_object["Lisbon"].status == "superseded"
@@ -134,7 +134,7 @@ async def test_rule_extraction_in_process_on_the_embedded_backend(namespace: str
                 user_id="eve",
             )
             assert await mem.flush(user_id="eve", timeout=30)
-            hits = await mem.memories.search("eve", "color")
+            hits = await mem.memories.search("color", user_id="eve")
             assert [(h.record.predicate, h.record.object) for h in hits] == [  # type: ignore[union-attr]
                 ("favorite_color", "green")
             ]
@@ -171,7 +171,7 @@ async def test_sigkill_mid_extraction_skips_and_doubles_nothing(
             deadline = time.monotonic() + 90
             while not await mem.flush(user_id="kim", timeout=5):
                 assert time.monotonic() < deadline, workers.logs()[-3000:]
-            hits = await mem.memories.search("kim", status="any", limit=1000)
+            hits = await mem.memories.search(user_id="kim", status="any", limit=1000)
             texts = sorted(h.record.text for h in hits)
             # On failure: each session's watermarks and outbox, and the marks.
             diag: list[Any] = []
@@ -186,7 +186,7 @@ async def test_sigkill_mid_extraction_skips_and_doubles_nothing(
             for hit in hits:
                 assert len(hit.record.sources) == 1
                 assert hit.record.sources[0].origin == "llm"
-                assert len(await mem.memories.history("kim", hit.record.id)) == 1
+                assert len(await mem.memories.history(hit.record.id, user_id="kim")) == 1
         finally:
             await mem.aclose()
 
@@ -217,7 +217,7 @@ async def test_clearing_a_session_while_it_is_extracted_leaves_no_memory(
             release.set()
             await asyncio.sleep(1.0)
             assert await mem.flush(user_id="lee", timeout=30)
-            assert await mem.memories.search("lee", status="any") == []
+            assert await mem.memories.search(user_id="lee", status="any") == []
         finally:
             await mem.aclose()
 
@@ -252,7 +252,7 @@ async def test_a_failing_extractor_is_retried_then_shown_in_stats_and_loses_noth
             [failure] = (await stats.snapshot())["failures"]
             assert "ExtractorError" in failure["error"] and failure["tries"] == MAX_TRIES
             assert llm.count == MAX_TRIES
-            assert await mem.memories.search("max", status="any") == []
+            assert await mem.memories.search(user_id="max", status="any") == []
             # The endpoint is back: the session's next write extracts both messages.
             broken["on"] = False
             await mem.write(
@@ -261,7 +261,7 @@ async def test_a_failing_extractor_is_retried_then_shown_in_stats_and_loses_noth
                 user_id="max",
             )
             assert await mem.flush(user_id="max", timeout=30)
-            hits = await mem.memories.search("max", limit=10)
+            hits = await mem.memories.search(user_id="max", limit=10)
             assert sorted(h.record.text for h in hits) == [
                 "Remember note first.",
                 "Remember note second.",
@@ -306,7 +306,7 @@ async def test_extraction_under_a_client_kill_storm_adds_each_memory_once(
     deadline = time.monotonic() + 90
     while not await mem.flush(user_id="ivy", timeout=5):
         assert time.monotonic() < deadline, workers.logs()[-3000:]
-    hits = await mem.memories.search("ivy", kinds="fact", status="any", limit=1000)
+    hits = await mem.memories.search(user_id="ivy", kinds="fact", status="any", limit=1000)
     towns = sorted(h.record.object for h in hits)  # type: ignore[union-attr]
     assert towns == sorted(f"Town{s}x{m}" for s in range(sessions) for m in range(per_session))
     for hit in hits:
@@ -315,7 +315,7 @@ async def test_extraction_under_a_client_kill_storm_adds_each_memory_once(
     # message, of the sessions written last), whatever order the sessions
     # were extracted in; every other fact leads to it.
     by_id = {h.record.id: h.record for h in hits}
-    [current] = await mem.memories.search("ivy", kinds="fact", limit=1000)
+    [current] = await mem.memories.search(user_id="ivy", kinds="fact", limit=1000)
     said = {}
     for s in range(sessions):
         last = (await mem.read(session_id=f"s{s}", user_id="ivy"))[-1]

@@ -50,7 +50,7 @@ def works_at(org: str, **extra: Any) -> Fact:
 
 
 async def every_record(mem: Any, user: str) -> list[MemoryRecord]:
-    return [h.record for h in await mem.memories.search(user, status="any", limit=10_000)]
+    return [h.record for h in await mem.memories.search(user_id=user, status="any", limit=10_000)]
 
 
 def assert_one_current_value(records: list[MemoryRecord]) -> None:
@@ -80,12 +80,12 @@ async def active_objects(mem: Any, user: str, predicate: str) -> list[str]:
 
 async def test_restoring_a_superseded_value_supersedes_the_current_one(make_memory):
     mem = await make_memory()
-    lisbon = (await mem.memories.add("alice", lives_in("Lisbon"))).record
-    porto = (await mem.memories.add("alice", lives_in("Porto"))).record
-    assert await mem.memories.restore("alice", lisbon.id, reason="wrong move") is True
+    lisbon = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
+    porto = (await mem.memories.add(lives_in("Porto"), user_id="alice")).record
+    assert await mem.memories.restore(lisbon.id, user_id="alice", reason="wrong move") is True
     assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
-    restored = await mem.memories.get("alice", lisbon.id)
-    retired = await mem.memories.get("alice", porto.id)
+    restored = await mem.memories.get(lisbon.id, user_id="alice")
+    retired = await mem.memories.get(porto.id, user_id="alice")
     assert restored is not None and retired is not None
     assert (restored.status, restored.supersedes, restored.superseded_by) == (
         "active",
@@ -93,48 +93,50 @@ async def test_restoring_a_superseded_value_supersedes_the_current_one(make_memo
         None,
     )
     assert (retired.status, retired.superseded_by) == ("superseded", lisbon.id)
-    assert [c.change for c in await mem.memories.history("alice", lisbon.id)] == [
+    assert [c.change for c in await mem.memories.history(lisbon.id, user_id="alice")] == [
         "added",
         "superseded",
         "restored",
     ]
-    porto_history = await mem.memories.history("alice", porto.id)
+    porto_history = await mem.memories.history(porto.id, user_id="alice")
     assert [c.change for c in porto_history] == ["added", "superseded"]
     assert porto_history[-1].reason == f"superseded by {lisbon.id}"
-    braga = await mem.memories.add("alice", lives_in("Braga"))
+    braga = await mem.memories.add(lives_in("Braga"), user_id="alice")
     assert braga.outcome == "superseded" and braga.other == lisbon.id
     assert await active_objects(mem, "alice", "lives_in") == ["Braga"]
-    profile = await mem.memories.profile("alice")
+    profile = await mem.memories.profile(user_id="alice")
     assert [f.object for f in profile] == ["Braga"]
 
 
 async def test_restoring_a_deleted_employer_after_a_new_one_keeps_one(make_memory):
     mem = await make_memory()
-    acme = (await mem.memories.add("alice", works_at("Acme"))).record
-    assert await mem.memories.delete("alice", acme.id) is True
-    globex = await mem.memories.add("alice", works_at("Globex"))
+    acme = (await mem.memories.add(works_at("Acme"), user_id="alice")).record
+    assert await mem.memories.delete(acme.id, user_id="alice") is True
+    globex = await mem.memories.add(works_at("Globex"), user_id="alice")
     assert globex.outcome == "added"
-    assert await mem.memories.restore("alice", acme.id) is True
+    assert await mem.memories.restore(acme.id, user_id="alice") is True
     assert await active_objects(mem, "alice", "works_at") == ["Acme"]
-    gone = await mem.memories.get("alice", globex.record.id)
+    gone = await mem.memories.get(globex.record.id, user_id="alice")
     assert gone is not None and (gone.status, gone.superseded_by) == ("superseded", acme.id)
-    assert await mem.memories.restore("alice", acme.id) is False  # already current
-    await mem.memories.add("alice", works_at("Initech"))
+    assert await mem.memories.restore(acme.id, user_id="alice") is False  # already current
+    await mem.memories.add(works_at("Initech"), user_id="alice")
     assert await active_objects(mem, "alice", "works_at") == ["Initech"]
 
 
 async def test_update_cannot_move_a_fact_to_another_value_slot(make_memory):
     mem = await make_memory()
-    home = (await mem.memories.add("alice", lives_in("Lisbon"))).record
-    await mem.memories.add("alice", works_at("Acme"))
+    home = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
+    await mem.memories.add(works_at("Acme"), user_id="alice")
     for change in ({"predicate": "works_at"}, {"subject": "bob"}, {"single_valued": False}):
         with pytest.raises(InvalidInput):
-            await mem.memories.update("alice", home.id, **change)
+            await mem.memories.update(home.id, user_id="alice", **change)
     with pytest.raises(InvalidInput):
-        await mem.memories.update("alice", home.id, superseded_by="m-other")
-    fixed = await mem.memories.update("alice", home.id, predicate="Lives in", object="Lisboa")
+        await mem.memories.update(home.id, user_id="alice", superseded_by="m-other")
+    fixed = await mem.memories.update(
+        home.id, user_id="alice", predicate="Lives in", object="Lisboa"
+    )
     assert isinstance(fixed, Fact) and fixed.object == "Lisboa"
-    assert len(await mem.memories.history("alice", home.id)) == 2
+    assert len(await mem.memories.history(home.id, user_id="alice")) == 2
 
 
 CITIES = ["Lisbon", "Porto", "Braga"]
@@ -170,13 +172,13 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
             if op == "add":
                 value = (CITIES if a == "lives_in" else ORGS)[b % 2 if a == "works_at" else b]
                 fact = lives_in(value) if a == "lives_in" else works_at(value)
-                added = await mem.memories.add(user, fact)
+                added = await mem.memories.add(fact, user_id=user)
                 known.append(added.record.id)
                 # Said now, after every dated statement: it is the current value.
                 assert await active_objects(mem, user, a) == [value]
             elif op == "dated":
                 fact = lives_in(CITIES[a], created_at=DAY0 + timedelta(days=b))
-                known.append((await mem.memories.add(user, fact)).record.id)
+                known.append((await mem.memories.add(fact, user_id=user)).record.id)
             elif op == "extract":
                 said = random.choice(["I live in", "I moved to"])
                 content = f"{said} {CITIES[a]}. I work at {ORGS[b % 2]}."
@@ -194,15 +196,15 @@ async def test_random_histories_keep_at_most_one_current_value(make_memory, ops)
                 known = [r.id for r in await every_record(mem, user)]
             elif known:
                 target = known[a % len(known)]
-                if op == "update" and await mem.memories.get(user, target) is not None:
-                    await mem.memories.update(user, target, object=b, text=f"User: {b}.")
+                if op == "update" and await mem.memories.get(target, user_id=user) is not None:
+                    await mem.memories.update(target, user_id=user, object=b, text=f"User: {b}.")
                 elif op == "delete":
-                    await mem.memories.delete(user, target)
-                elif op == "restore" and await mem.memories.restore(user, target):
-                    again = await mem.memories.get(user, target)
+                    await mem.memories.delete(target, user_id=user)
+                elif op == "restore" and await mem.memories.restore(target, user_id=user):
+                    again = await mem.memories.get(target, user_id=user)
                     assert again is not None and again.status == "active"
                 elif op == "purge":
-                    await mem.memories.purge(user, target)
+                    await mem.memories.purge(target, user_id=user)
             assert_one_current_value(await every_record(mem, user))
     finally:
         await mem.clear_user(user)
@@ -247,7 +249,7 @@ async def test_dated_statements_added_in_any_order_leave_the_last_said_current(m
     random.Random(seed).shuffle(statements)
     outcomes = Counter()
     for fact in statements:
-        outcomes[(await mem.memories.add("alice", fact)).outcome] += 1
+        outcomes[(await mem.memories.add(fact, user_id="alice")).outcome] += 1
     assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
     assert await active_objects(mem, "alice", "works_at") == ["Hooli"]
     records = await every_record(mem, "alice")
@@ -262,14 +264,20 @@ async def test_dated_statements_added_in_any_order_leave_the_last_said_current(m
 
 async def test_an_older_statement_goes_straight_into_history(make_memory):
     mem = await make_memory()
-    now = (await mem.memories.add("alice", lives_in("Porto", created_at=DAY0))).record
-    old = await mem.memories.add("alice", lives_in("Lisbon", created_at=DAY0 - timedelta(days=3)))
+    now = (await mem.memories.add(lives_in("Porto", created_at=DAY0), user_id="alice")).record
+    old = await mem.memories.add(
+        lives_in("Lisbon", created_at=DAY0 - timedelta(days=3)), user_id="alice"
+    )
     assert old.outcome == "outdated" and old.other == now.id
     assert (old.record.status, old.record.superseded_by) == ("superseded", now.id)
-    assert [c.change for c in await mem.memories.history("alice", old.record.id)] == ["added"]
+    assert [c.change for c in await mem.memories.history(old.record.id, user_id="alice")] == [
+        "added"
+    ]
     assert await active_objects(mem, "alice", "lives_in") == ["Porto"]
     # The same old statement again, in the same words: one more source, no copy.
-    again = await mem.memories.add("alice", lives_in("Lisbon", created_at=DAY0 - timedelta(days=2)))
+    again = await mem.memories.add(
+        lives_in("Lisbon", created_at=DAY0 - timedelta(days=2)), user_id="alice"
+    )
     assert again.outcome == "outdated" and again.record.id == old.record.id
     assert again.other == now.id
     assert len(again.record.sources) == 2 and again.record.status == "superseded"
@@ -277,8 +285,8 @@ async def test_an_older_statement_goes_straight_into_history(make_memory):
     same = DAY0 + timedelta(days=1)
     first = Provenance(message_ids=["000000000004"], at=same)
     second = Provenance(message_ids=["000000000005"], at=same)
-    await mem.memories.add("alice", lives_in("Faro"), source=second)
-    late = await mem.memories.add("alice", lives_in("Evora"), source=first)
+    await mem.memories.add(lives_in("Faro"), user_id="alice", source=second)
+    late = await mem.memories.add(lives_in("Evora"), user_id="alice", source=first)
     assert late.outcome == "outdated"
     assert await active_objects(mem, "alice", "lives_in") == ["Faro"]
 
@@ -323,15 +331,15 @@ async def test_a_fact_is_found_by_the_question_its_predicate_answers(make_memory
         r for r in await every_record(mem, "alice") if isinstance(r, Fact) and r.status == "active"
     ]
     assert porto.text == "User moved to Porto." and porto.predicate == "lives_in"
-    hits = await mem.memories.search("alice", "where do I live")
+    hits = await mem.memories.search("where do I live", user_id="alice")
     assert [h.record.id for h in hits] == [porto.id]
-    await mem.memories.add("alice", works_at("Acme"))
+    await mem.memories.add(works_at("Acme"), user_id="alice")
     for question, wanted in (
         ("Where do I work?", "Acme"),
         ("Who is my employer?", "Acme"),
         ("What is my home address?", "Porto"),
     ):
-        found = await mem.memories.search("alice", question)
+        found = await mem.memories.search(question, user_id="alice")
         assert found and found[0].record.object == wanted, question  # type: ignore[union-attr]
     built = await mem.build_context(
         session_id="s2", user_id="alice", request="Where do I live?", max_tokens=2000, memories=5
@@ -348,17 +356,17 @@ async def test_racing_adds_restores_and_deletes_settle_to_one_current_value(make
     leads to a record that exists, and a later add supersedes the survivor."""
     mem = await make_memory()
     rng = random.Random(seed)
-    first = [(await mem.memories.add("alice", lives_in(c))).record.id for c in CITIES]
+    first = [(await mem.memories.add(lives_in(c), user_id="alice")).record.id for c in CITIES]
 
     async def one(n: int) -> None:
         choice = rng.random()
         if choice < 0.5:
             at = DAY0 + timedelta(days=rng.randrange(40)) if rng.random() < 0.5 else None
-            await mem.memories.add("alice", lives_in(f"City{n}", created_at=at))
+            await mem.memories.add(lives_in(f"City{n}", created_at=at), user_id="alice")
         elif choice < 0.8:
-            await mem.memories.restore("alice", rng.choice(first))
+            await mem.memories.restore(rng.choice(first), user_id="alice")
         else:
-            await mem.memories.delete("alice", rng.choice(first))
+            await mem.memories.delete(rng.choice(first), user_id="alice")
 
     await asyncio.gather(*(one(n) for n in range(16)))
     records = await every_record(mem, "alice")
@@ -367,7 +375,7 @@ async def test_racing_adds_restores_and_deletes_settle_to_one_current_value(make
     for record in records:
         if record.status == "superseded" and record.superseded_by is not None:
             assert record.superseded_by in by_id
-    last = await mem.memories.add("alice", lives_in("Setubal"))
+    last = await mem.memories.add(lives_in("Setubal"), user_id="alice")
     assert await active_objects(mem, "alice", "lives_in") == ["Setubal"]
     assert last.outcome in ("added", "superseded")
 
@@ -378,7 +386,7 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
     (after superseding the old value) or after it. Meanwhile at most one
     value is active; re-sent with its write id, it finishes, once."""
     mem = await make_memory()
-    old = (await mem.memories.add("alice", lives_in("Lisbon"))).record
+    old = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
     memories = Knowledge(mem)
     real_put = memories._put
 
@@ -392,18 +400,18 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
 
     memories._put = dying_put  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
-        await memories.add("alice", lives_in("Porto"), write_id="op-porto")
+        await memories.add(lives_in("Porto"), user_id="alice", write_id="op-porto")
     assert_one_current_value(await every_record(mem, "alice"))
-    again = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
+    again = await mem.memories.add(lives_in("Porto"), user_id="alice", write_id="op-porto")
     assert again.outcome == "superseded" and again.other == old.id
     assert await active_objects(mem, "alice", "lives_in") == ["Porto"]
-    retired = await mem.memories.get("alice", old.id)
+    retired = await mem.memories.get(old.id, user_id="alice")
     assert retired is not None and retired.superseded_by == again.record.id
     assert len(await every_record(mem, "alice")) == 2
-    assert len(await mem.memories.history("alice", again.record.id)) == 1
-    same = await mem.memories.add("alice", lives_in("Porto"), write_id="op-porto")
+    assert len(await mem.memories.history(again.record.id, user_id="alice")) == 1
+    same = await mem.memories.add(lives_in("Porto"), user_id="alice", write_id="op-porto")
     assert same.record.id == again.record.id
-    assert len(await mem.memories.history("alice", again.record.id)) == 1
+    assert len(await mem.memories.history(again.record.id, user_id="alice")) == 1
 
 
 async def test_settling_a_slot_reads_what_may_be_active_not_the_whole_history(make_memory):
@@ -412,7 +420,7 @@ async def test_settling_a_slot_reads_what_may_be_active_not_the_whole_history(ma
     the slot's own versions stay small)."""
     mem = await make_memory()
     for n in range(30):
-        await mem.memories.add("alice", lives_in(f"City{n}"))
+        await mem.memories.add(lives_in(f"City{n}"), user_id="alice")
     key = _slot_key(lives_in("x"))
     slot = await mem.store.get(("alice", "memories-keys"), key)
     assert slot is not None
@@ -426,15 +434,15 @@ async def test_a_slot_written_before_it_listed_its_records_is_repaired(make_memo
     """Data left by the old restore (two active homes, a slot naming one):
     the next value supersedes both."""
     mem = await make_memory()
-    lisbon = (await mem.memories.add("alice", lives_in("Lisbon"))).record
-    porto = (await mem.memories.add("alice", lives_in("Porto"))).record
+    lisbon = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
+    porto = (await mem.memories.add(lives_in("Porto"), user_id="alice")).record
     namespace, key = ("alice", "memories-keys"), _slot_key(lives_in("x"))
     await mem.store.put(namespace, key, {"id": porto.id}, index=False)  # the old layout
     old = await mem.store.get(("alice", "memories"), lisbon.id)
     assert old is not None
     await mem.store.put(("alice", "memories"), lisbon.id, {**old.value, "status": "active"})
     assert sorted(await active_objects(mem, "alice", "lives_in")) == ["Lisbon", "Porto"]
-    await mem.memories.add("alice", lives_in("Braga"))
+    await mem.memories.add(lives_in("Braga"), user_id="alice")
     assert await active_objects(mem, "alice", "lives_in") == ["Braga"]
     assert_one_current_value(await every_record(mem, "alice"))
 
@@ -445,8 +453,8 @@ async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(ma
     True and records its reason."""
     mem = await make_memory()
     memories = Knowledge(mem)
-    lisbon = (await memories.add("alice", lives_in("Lisbon"))).record
-    await memories.add("alice", lives_in("Porto"))
+    lisbon = (await memories.add(lives_in("Lisbon"), user_id="alice")).record
+    await memories.add(lives_in("Porto"), user_id="alice")
     real_settle = memories._settle
 
     async def raced(uid: str, slot: Any, guard: Any, **kwargs: Any) -> Any:
@@ -455,9 +463,9 @@ async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(ma
         return await real_settle(uid, slot, guard, **kwargs)
 
     memories._settle = raced  # type: ignore[method-assign]
-    assert await memories.restore("alice", lisbon.id, reason="never moved") is True
+    assert await memories.restore(lisbon.id, user_id="alice", reason="never moved") is True
     assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
-    history = await mem.memories.history("alice", lisbon.id)
+    history = await mem.memories.history(lisbon.id, user_id="alice")
     assert history[-1].change == "restored" and history[-1].reason == "never moved"
 
 
@@ -473,7 +481,7 @@ async def test_no_two_values_are_ever_active_at_once_while_adds_race(make_memory
 
     mem = await make_memory()
     rng = random.Random(seed)
-    first = [(await mem.memories.add("alice", lives_in(c))).record.id for c in CITIES]
+    first = [(await mem.memories.add(lives_in(c), user_id="alice")).record.id for c in CITIES]
     store_keys = mem.layout.store("alice", mem.backend.epochs.get("alice"))
     pattern = store_keys.item(store_namespace_ref(("alice", "memories")) + "#") + "*"
     done = asyncio.Event()
@@ -499,11 +507,11 @@ async def test_no_two_values_are_ever_active_at_once_while_adds_race(make_memory
     async def one(n: int) -> None:
         choice = rng.random()
         if choice < 0.6:
-            await mem.memories.add("alice", lives_in(f"City{n}"))
+            await mem.memories.add(lives_in(f"City{n}"), user_id="alice")
         elif choice < 0.85:
-            await mem.memories.restore("alice", rng.choice(first))
+            await mem.memories.restore(rng.choice(first), user_id="alice")
         else:
-            await mem.memories.delete("alice", rng.choice(first))
+            await mem.memories.delete(rng.choice(first), user_id="alice")
 
     watcher = asyncio.create_task(sampler())
     try:

@@ -65,18 +65,21 @@ async def fill(mem: Memory, uid: str = U) -> dict[str, str]:
         created_at=T0 + timedelta(minutes=3),
     )
     lisbon = await mem.memories.add(
-        uid,
         Fact(text="User lives in Lisbon", subject="user", predicate="lives_in", object="Lisbon"),
+        user_id=uid,
     )
     porto = await mem.memories.add(
-        uid, Fact(text="User lives in Porto", subject="user", predicate="lives_in", object="Porto")
+        Fact(text="User lives in Porto", subject="user", predicate="lives_in", object="Porto"),
+        user_id=uid,
     )
-    goal = await mem.memories.add(uid, Goal(text="Run a marathon", tags={"area": "sport"}))
-    await mem.memories.update(uid, goal.record.id, text="Run a marathon in May", reason="dated")
-    await mem.memories.delete(uid, goal.record.id, reason="gave up")
-    await mem.memories.restore(uid, lisbon.record.id, reason="moved back")
+    goal = await mem.memories.add(Goal(text="Run a marathon", tags={"area": "sport"}), user_id=uid)
+    await mem.memories.update(
+        goal.record.id, user_id=uid, text="Run a marathon in May", reason="dated"
+    )
+    await mem.memories.delete(goal.record.id, user_id=uid, reason="gave up")
+    await mem.memories.restore(lisbon.record.id, user_id=uid, reason="moved back")
     doc = await mem.memories.add(
-        uid, Document(text="how to cook ramen noodles " * 60, title="Ramen")
+        Document(text="how to cook ramen noodles " * 60, title="Ramen"), user_id=uid
     )
     store = mem.store
     await store.put(
@@ -163,9 +166,9 @@ async def test_export_clear_import_gives_the_same_user(make_memory):
     await mem.store.put(("bob", "prefs"), "food", {"title": "ramen"})
     queries = [None, "ramen", "sushi", "tea", "alpha", "beta", "dotted", "noodles"]
     searched = {q: await search_keys(mem, U, q) for q in queries}
-    memory_hits = [h.record.id for h in await mem.memories.search(U, "lives", status="any")]
-    records = {i: await mem.memories.get(U, i) for i in ids.values()}
-    histories = {i: await mem.memories.history(U, i) for i in ids.values()}
+    memory_hits = [h.record.id for h in await mem.memories.search("lives", user_id=U, status="any")]
+    records = {i: await mem.memories.get(i, user_id=U) for i in ids.values()}
+    histories = {i: await mem.memories.history(i, user_id=U) for i in ids.values()}
 
     document = await export_user(mem, U)
     assert json.loads(json.dumps(document)) == document  # plain JSON
@@ -218,15 +221,15 @@ async def test_export_clear_import_gives_the_same_user(make_memory):
             assert datetime.fromisoformat(version["updated_at"]) >= started
     # The search index and the newest-first order are as they were.
     assert {q: await search_keys(mem, U, q) for q in queries} == searched
-    assert [h.record.id for h in await mem.memories.search(U, "lives", status="any")] == (
+    assert [h.record.id for h in await mem.memories.search("lives", user_id=U, status="any")] == (
         memory_hits
     )
     for memory_id, record in records.items():
-        got = await mem.memories.get(U, memory_id)
+        got = await mem.memories.get(memory_id, user_id=U)
         assert record is not None and got is not None
         assert got.model_dump(exclude={"updated_at"}) == record.model_dump(exclude={"updated_at"})
         assert got.created_at == record.created_at
-        history = await mem.memories.history(U, memory_id)
+        history = await mem.memories.history(memory_id, user_id=U)
         assert [(c.version, c.change, c.reason) for c in history] == [
             (c.version, c.change, c.reason) for c in histories[memory_id]
         ]
@@ -235,11 +238,12 @@ async def test_export_clear_import_gives_the_same_user(make_memory):
         ]
     # The slot still knows its current value: a new one supersedes it.
     newer = await mem.memories.add(
-        U, Fact(text="User lives in Faro", subject="user", predicate="lives_in", object="Faro")
+        Fact(text="User lives in Faro", subject="user", predicate="lives_in", object="Faro"),
+        user_id=U,
     )
     assert (newer.outcome, newer.other) == ("superseded", ids["lisbon"])
     # A duplicate is found as one.
-    same = await mem.memories.add(U, Document(text="how to cook ramen noodles " * 60))
+    same = await mem.memories.add(Document(text="how to cook ramen noodles " * 60), user_id=U)
     assert same.outcome == "duplicate" and same.record.id == ids["doc"]
     # The other user was left alone.
     assert [m.content for m in await mem.read(session_id="s1", user_id="bob")] == ["not alice"]
@@ -286,7 +290,7 @@ async def test_import_into_another_user_and_another_namespace(
     copied = await export_user(mem, "carol")
     renamed = json.loads(json.dumps(promised(document)).replace('"alice"', '"carol"'))
     assert promised(copied) == renamed
-    assert (await mem.memories.get("carol", ids["porto"])) is not None
+    assert (await mem.memories.get(ids["porto"], user_id="carol")) is not None
     assert await search_keys(mem, "carol", "ramen") == await search_keys(mem, U, "ramen")
 
     other = await memory_factory(backend_url, namespace=f"{namespace}-other")

@@ -92,7 +92,7 @@ async def test_clear_user_while_workers_extract_leaves_nothing(
             await mem.flush(user_id=uid, timeout=30)
             await asyncio.sleep(1.5)
             assert await user_keys(raw, mem, uid) == []
-            assert await mem.memories.search(uid, status="any", limit=100) == []
+            assert await mem.memories.search(user_id=uid, status="any", limit=100) == []
             assert await mem.sessions(user_id=uid) == []
             assert await mem.search(None, user_id=uid, limit=100) == []
     finally:
@@ -139,7 +139,7 @@ async def test_an_extraction_answer_released_after_clear_user_is_dropped(
             await asyncio.sleep(3.0)  # every held answer has been released
             await mem.flush(user_id="u", timeout=30)
             assert await user_keys(raw, mem, "u") == []
-            assert await mem.memories.search("u", status="any") == []
+            assert await mem.memories.search(user_id="u", status="any") == []
         finally:
             await mem.aclose()
 
@@ -347,7 +347,7 @@ async def test_a_worker_killed_mid_job_after_clear_user_resurrects_nothing(
         await asyncio.sleep(2.0)
         await mem.flush(user_id="u", timeout=30)
         assert await user_keys(raw, mem, "u") == []
-        assert await mem.memories.search("u", status="any") == []
+        assert await mem.memories.search(user_id="u", status="any") == []
     finally:
         await mem.aclose()
 

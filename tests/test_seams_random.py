@@ -306,7 +306,7 @@ async def check(run: Run, mem: Memory, raw: Any) -> None:
         for ident, contents in indexed.items():
             assert contents == [stored[ident]], f"{ident} indexed as {contents} {why}"
         # Knowledge: none from a cleared write; one current home at most.
-        records = await mem.memories.search(user, status="any", limit=1000)
+        records = await mem.memories.search(user_id=user, status="any", limit=1000)
         gone = {f"Town{w.n}" for w in run.writes if w.user == user and run.must_be_gone(w)}
         for hit in records:
             assert not (set(TOWN.findall(hit.record.text)) & {g[4:] for g in gone}), (

@@ -1146,7 +1146,8 @@ def b_holdings(server: RunningServer) -> Holdings:
                 [{"role": "user", "content": secrets[0]}], session_id=session, user_id=user
             )
             added = await mem.memories.add(
-                user, Fact(text=secrets[1], subject="user", predicate="keeps", object="a secret")
+                Fact(text=secrets[1], subject="user", predicate="keeps", object="a secret"),
+                user_id=user,
             )
             await mem.store.put((user, "prefs"), "seat", {"text": secrets[2]})
             return added.record.id

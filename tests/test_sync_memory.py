@@ -125,19 +125,19 @@ def test_the_store_and_the_memories_views(make_sync: SyncFactory) -> None:
 
     memories = mem.memories
     fact = Fact(text="The user lives in Lisbn.", subject="user", predicate="lives_in", object="X")
-    added = memories.add("alice", fact)
+    added = memories.add(fact, user_id="alice")
     mid = added.record.id
-    fixed = memories.update("alice", mid, text="The user lives in Lisbon.", reason="typo")
+    fixed = memories.update(mid, user_id="alice", text="The user lives in Lisbon.", reason="typo")
     assert isinstance(fixed, Fact) and fixed.text == "The user lives in Lisbon."
-    assert [h.record.id for h in memories.search("alice", "Lisbon")] == [mid]
-    assert [f.id for f in memories.profile("alice")] == [mid]
-    assert memories.delete("alice", mid, reason="asked") is True
-    assert memories.restore("alice", mid) is True
-    assert [c.change for c in memories.history("alice", mid)][:2] == ["added", "updated"]
-    got_fact = memories.get("alice", mid)
+    assert [h.record.id for h in memories.search("Lisbon", user_id="alice")] == [mid]
+    assert [f.id for f in memories.profile(user_id="alice")] == [mid]
+    assert memories.delete(mid, user_id="alice", reason="asked") is True
+    assert memories.restore(mid, user_id="alice") is True
+    assert [c.change for c in memories.history(mid, user_id="alice")][:2] == ["added", "updated"]
+    got_fact = memories.get(mid, user_id="alice")
     assert got_fact is not None and got_fact.status == "active"
-    assert memories.purge("alice") >= 1
-    assert memories.get("alice", mid) is None
+    assert memories.purge(user_id="alice") >= 1
+    assert memories.get(mid, user_id="alice") is None
 
 
 async def test_the_blocking_calls_inside_a_running_loop(

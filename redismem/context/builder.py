@@ -332,12 +332,14 @@ async def _remembered(
     """Profile lines from the user's facts about themselves (with
     ``profile``), and up to ``count`` other memories relevant to the
     request, best first, rendered as lines for the memory message."""
-    facts = await memory.memories.profile(user_id) if profile else []
+    facts = await memory.memories.profile(user_id=user_id) if profile else []
     lines = [f"{fact.predicate.replace('_', ' ')}: {fact.object}" for fact in facts]
     items: list[str] = []
     if count and request.content.strip():
         shown = {fact.id for fact in facts}
-        hits = await memory.memories.search(user_id, request.content, limit=count + len(shown))
+        hits = await memory.memories.search(
+            request.content, user_id=user_id, limit=count + len(shown)
+        )
         for hit in hits:
             record = hit.record
             if record.id in shown:

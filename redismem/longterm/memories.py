@@ -60,14 +60,15 @@ import asyncio
 import hashlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from pydantic import TypeAdapter, ValidationError
 
 from redismem.checks import (
+    check_bool,
     check_int,
     check_optional_number,
     check_optional_str,
@@ -78,14 +79,19 @@ from redismem.core.backend import backend_of
 from redismem.core.codec import ms_to_datetime
 from redismem.core.keys import validate_id
 from redismem.errors import CorruptData, InvalidInput, VersionConflict
+from redismem.longterm.inputs import (
+    as_messages,
+    check_kinds,
+    check_record,
+    check_statuses,
+    check_time,
+    keyword_user_id,
+    notes_or_extracted,
+)
 from redismem.longterm.records import (
-    MEMORY_KINDS,
-    Action,
-    AgentTask,
     Document,
     DocumentChunk,
     Fact,
-    Goal,
     MemoryChange,
     MemoryKind,
     MemoryRecord,
@@ -97,6 +103,7 @@ from redismem.longterm.records import (
     predicate_words,
 )
 from redismem.longterm.store import Item, ItemVersion, LongTermStore
+from redismem.models import Message
 
 if TYPE_CHECKING:
     from redismem.core.backend import Backend, HasBackend
@@ -113,13 +120,14 @@ LOOKUPS = "memories-keys"
 _INDEXED = ["text", "title", "summary", "subject", "object", "target", "name", "result", "cues"]
 #: Tries of one ``add`` against concurrent changes before giving up.
 _MAX_TRIES = 16
+#: ``get_all``'s limit when none is given: every record.
+_EVERY = 1 << 40
 #: Fields that name a fact's value slot or link records: ``update`` leaves them.
 _FIXED = {"id", "kind", "sources", "created_at", "updated_at", "status"}
 _LINKS = {"supersedes", "superseded_by", "superseded_at"}
 _SLOT_FIELDS = {"subject", "predicate", "single_valued"}
 #: Characters per document chunk (cut at a word boundary), and the overlap.
 CHUNK_CHARS = 800
-_STATUSES = ("active", "superseded", "deleted")
 _RECORD = TypeAdapter[Any](MemoryRecord)
 
 
@@ -133,6 +141,25 @@ class AddResult:
     #: The record the new one superseded, updated or deleted, if any (for
     #: ``outdated``: the current value it is superseded by).
     other: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The record's id (mem0's ``id``)."""
+        return self.record.id
+
+    @property
+    def memory(self) -> str:
+        """The record's text (mem0's ``memory``)."""
+        return self.record.text
+
+    @property
+    def event(self) -> Literal["ADD", "UPDATE", "NONE"]:
+        """mem0's ``event``: ADD for a new record (one that supersedes the
+        current value too), UPDATE for one merged into a record, NONE for
+        what was known already or kept only in history."""
+        if self.outcome in ("added", "superseded"):
+            return "ADD"
+        return "UPDATE" if self.outcome == "updated" else "NONE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,57 +249,6 @@ def chunk_text(text: str, size: int = CHUNK_CHARS) -> list[str]:
     if rest or not pieces:
         pieces.append(rest)
     return pieces
-
-
-def _check_record(record: object) -> MemoryRecord:
-    if isinstance(record, dict):
-        values = record
-    elif isinstance(record, Fact | Document | Relationship | Goal | AgentTask | Action):
-        # Validated again: a model may have been changed after it was built.
-        values = record.model_dump()
-    else:
-        raise InvalidInput(
-            "record must be a Fact, Document, Relationship, Goal, AgentTask or Action, "
-            f"not {type(record).__name__}"
-        )
-    try:
-        return _RECORD.validate_python(values)  # type: ignore[no-any-return]
-    except ValidationError as exc:
-        raise InvalidInput(f"not a valid memory record: {exc}") from exc
-
-
-def _check_kinds(kinds: object) -> list[str] | None:
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    if not isinstance(kinds, list | tuple) or not kinds:
-        raise InvalidInput(f"kinds must be a kind or a non-empty list of kinds, not {kinds!r}")
-    for kind in kinds:
-        if kind not in MEMORY_KINDS:
-            raise InvalidInput(f"unknown memory kind {kind!r}; kinds are {MEMORY_KINDS}")
-    return list(kinds)
-
-
-def _check_statuses(status: object) -> list[str] | None:
-    if status is None or status == "any":
-        return None
-    if isinstance(status, str):
-        status = [status]
-    if not isinstance(status, list | tuple) or not status:
-        raise InvalidInput(f"status must be a status, a list of them or 'any', not {status!r}")
-    for one in status:
-        if one not in _STATUSES:
-            raise InvalidInput(f"unknown status {one!r}; statuses are {_STATUSES} or 'any'")
-    return list(status)
-
-
-def _check_time(value: object, name: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise InvalidInput(f"{name} must be a timezone-aware datetime or None")
-    return int(value.timestamp() * 1000)
 
 
 def _range(field: str, after: int | None, before: int | None) -> dict[str, Any]:
@@ -421,39 +397,90 @@ class Knowledge:
 
     # -- writes ---------------------------------------------------------------------
 
+    @overload
     async def add(
         self,
-        user_id: str,
-        record: MemoryRecord | dict[str, Any],
+        record: MemoryRecord | Mapping[str, Any],
         *,
+        user_id: str,
         source: Provenance | None = None,
         write_id: str | None = None,
-    ) -> AddResult:
-        """Remember ``record`` for ``user_id``, consolidated with what is
-        remembered already (see the module docstring): a ``Fact``,
-        ``Document``, ``Relationship``, ``Goal``, ``AgentTask`` or ``Action`` (or
-        its dict). ``source`` is the record's provenance (default: the
-        record's own last source, else an "api" one); ``write_id`` names the
-        add: re-sent with the same id (after ``BackendUnavailable``), it adds
-        nothing twice and finishes what the first try started."""
-        result = await self.add_guarded(user_id, record, source=source, write_id=write_id)
-        assert result is not None  # only a guarded add is ever refused
-        return result
+        infer: bool = True,
+    ) -> AddResult: ...
 
+    @overload
+    async def add(
+        self,
+        record: str | Sequence[Mapping[str, Any] | Message],
+        *,
+        user_id: str,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+        infer: bool = True,
+    ) -> list[AddResult]: ...
+
+    @keyword_user_id
+    async def add(
+        self,
+        record: MemoryRecord | Mapping[str, Any] | str | Sequence[Mapping[str, Any] | Message],
+        *,
+        user_id: str,
+        source: Provenance | None = None,
+        write_id: str | None = None,
+        infer: bool = True,
+    ) -> AddResult | list[AddResult]:
+        """Remember ``record`` for ``user_id``, consolidated with what is
+        remembered already (see the module docstring).
+
+        ``record`` is a ``Fact``, ``Document``, ``Relationship``, ``Goal``,
+        ``AgentTask`` or ``Action`` (or its dict): the ``AddResult`` is
+        returned. Or, as in mem0, plain text (``"I like tea"``) or chat
+        messages (``[{"role": "user", "content": ...}, ...]``): the memories
+        the rule extractor finds in what the user says are added (``infer``;
+        plain text it finds nothing in, or any text with ``infer=False``, is
+        kept as a note, a ``Document``), and a list of ``AddResult`` is
+        returned, one per memory (empty when the messages hold none).
+
+        ``source`` is the provenance (default: the record's own last
+        source, else an "api" one); ``write_id`` names the add: re-sent with
+        the same id (after ``BackendUnavailable``), it adds nothing twice
+        and finishes what the first try started."""
+        messages = as_messages(record)
+        if messages is None:
+            result = await self.add_guarded(
+                cast("MemoryRecord | Mapping[str, Any]", record),
+                user_id=user_id,
+                source=source,
+                write_id=write_id,
+            )
+            assert result is not None  # only a guarded add is ever refused
+            return result
+        op = check_write_id(write_id)
+        drafts = notes_or_extracted(messages, infer=check_bool("infer", infer), text=record)
+        results = []
+        for position, draft in enumerate(drafts):
+            added = await self.add_guarded(
+                draft, user_id=user_id, source=source, write_id=f"{op}:{position}"
+            )
+            assert added is not None  # only a guarded add is ever refused
+            results.append(added)
+        return results
+
+    @keyword_user_id
     async def add_guarded(
         self,
-        user_id: str,
-        record: MemoryRecord | dict[str, Any],
+        record: MemoryRecord | Mapping[str, Any],
         *,
+        user_id: str,
         source: Provenance | None = None,
         write_id: str | None = None,
         guard: tuple[str, str] | None = None,
     ) -> AddResult | None:
-        """``add``, for redismem's workers, on behalf of a session: ``guard``
-        is the session's ``(meta key, gen)``; None is returned, and nothing
-        added, once that session was cleared."""
+        """``add`` of one record, for redismem's workers, on behalf of a
+        session: ``guard`` is the session's ``(meta key, gen)``; None is
+        returned, and nothing added, once that session was cleared."""
         uid = validate_id(user_id, "user_id")
-        new = _check_record(record)
+        new = check_record(record)
         op = check_write_id(write_id)
         if source is not None and not isinstance(source, Provenance):
             raise InvalidInput(f"source must be a Provenance, not {type(source).__name__}")
@@ -971,7 +998,7 @@ class Knowledge:
     ) -> AddResult | None:
         """Ask the consolidator about the records most like ``new``."""
         assert self._consolidator is not None
-        hits = await self.search(uid, new.text, kinds=[new.kind], limit=5)
+        hits = await self.search(new.text, user_id=uid, kinds=[new.kind], limit=5)
         existing = [hit.record for hit in hits]
         if not existing:
             return None
@@ -1014,11 +1041,12 @@ class Knowledge:
             return None
         return AddResult(new, "added", stored.record.id)
 
+    @keyword_user_id
     async def update(
         self,
-        user_id: str,
         memory_id: str,
         *,
+        user_id: str,
         reason: str = "",
         source: Provenance | None = None,
         **changes: Any,
@@ -1048,7 +1076,7 @@ class Knowledge:
                 *stored.record.sources,
                 source or Provenance(origin="api", at=_now()),
             ]
-            changed = _check_record(values)
+            changed = check_record(values)
             if isinstance(changed, Fact) and _SLOT_FIELDS & set(changes):
                 before = stored.record
                 assert isinstance(before, Fact)
@@ -1086,12 +1114,14 @@ class Knowledge:
             return got.record
         raise VersionConflict(f"memory {mid!r}", 0, 0)
 
-    async def delete(self, user_id: str, memory_id: str, *, reason: str = "") -> bool:
+    @keyword_user_id
+    async def delete(self, memory_id: str, *, user_id: str, reason: str = "") -> bool:
         """Mark a record ``deleted`` (kept, with its history; ``purge``
         removes it for good). False when there is no such active record."""
         return await self._set_status(user_id, memory_id, "deleted", reason)
 
-    async def restore(self, user_id: str, memory_id: str, *, reason: str = "") -> bool:
+    @keyword_user_id
+    async def restore(self, memory_id: str, *, user_id: str, reason: str = "") -> bool:
         """Make a deleted or superseded record active again. A fact with a
         single-valued predicate becomes its slot's current value, said now:
         the value current until then is superseded by it (linked both ways,
@@ -1130,7 +1160,8 @@ class Knowledge:
             return True
         raise VersionConflict(f"memory {mid!r}", 0, 0)
 
-    async def purge(self, user_id: str, memory_id: str | None = None) -> int:
+    @keyword_user_id
+    async def purge(self, memory_id: str | None = None, *, user_id: str) -> int:
         """Remove for good one record (with its history and chunks), or all
         of the user's memories. Returns the number of records removed."""
         uid = validate_id(user_id, "user_id")
@@ -1150,13 +1181,15 @@ class Knowledge:
 
     # -- reads ----------------------------------------------------------------------
 
-    async def get(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+    @keyword_user_id
+    async def get(self, memory_id: str, *, user_id: str) -> MemoryRecord | None:
         """A record in its current state (whatever its status), or None."""
         uid = validate_id(user_id, "user_id")
         stored = await self._get(uid, validate_id(memory_id, "memory_id"))
         return None if stored is None else stored.record
 
-    async def history(self, user_id: str, memory_id: str) -> list[MemoryChange]:
+    @keyword_user_id
+    async def history(self, memory_id: str, *, user_id: str) -> list[MemoryChange]:
         """Every state of a record, oldest first, with what changed it and why."""
         uid = validate_id(user_id, "user_id")
         mid = validate_id(memory_id, "memory_id")
@@ -1176,11 +1209,12 @@ class Knowledge:
             record=self._decode(version),
         )
 
+    @keyword_user_id
     async def search(
         self,
-        user_id: str,
         query: str | None = None,
         *,
+        user_id: str,
         kinds: Sequence[MemoryKind] | MemoryKind | None = None,
         tags: dict[str, str] | None = None,
         status: MemoryStatus | Sequence[MemoryStatus] | Literal["any"] | None = "active",
@@ -1199,8 +1233,8 @@ class Knowledge:
         learned, ``event_*`` on its ``event_date`` (records without one never
         match those)."""
         uid = validate_id(user_id, "user_id")
-        wanted = _check_kinds(kinds)
-        statuses = _check_statuses(status)
+        wanted = check_kinds(kinds)
+        statuses = check_statuses(status)
         tag_filter = check_tags(tags)
         count = check_int("limit", limit)
         skip = check_int("offset", offset)
@@ -1216,15 +1250,15 @@ class Knowledge:
         flt.update(
             _range(
                 "created_ms",
-                _check_time(created_after, "created_after"),
-                _check_time(created_before, "created_before"),
+                check_time(created_after, "created_after"),
+                check_time(created_before, "created_before"),
             )
         )
         flt.update(
             _range(
                 "event_ms",
-                _check_time(event_after, "event_after"),
-                _check_time(event_before, "event_before"),
+                check_time(event_after, "event_after"),
+                check_time(event_before, "event_before"),
             )
         )
         if count == 0:
@@ -1270,9 +1304,41 @@ class Knowledge:
                 best[hit.record.id] = hit
         return sorted(best.values(), key=lambda h: -(h.score or 0.0))
 
-    async def profile(self, user_id: str, *, limit: int = 20) -> list[Fact]:
+    @keyword_user_id
+    async def get_all(
+        self,
+        *,
+        user_id: str,
+        kinds: Sequence[MemoryKind] | MemoryKind | None = None,
+        tags: dict[str, str] | None = None,
+        status: MemoryStatus | Sequence[MemoryStatus] | Literal["any"] | None = "active",
+        limit: int | None = None,
+    ) -> list[MemoryRecord]:
+        """The user's records (active ones unless ``status`` says otherwise),
+        newest first: all of them, or the newest ``limit``."""
+        count = _EVERY if limit is None else check_int("limit", limit)
+        hits = await self.search(
+            user_id=user_id, kinds=kinds, tags=tags, status=status, limit=count
+        )
+        return [hit.record for hit in hits]
+
+    @keyword_user_id
+    async def delete_all(self, *, user_id: str, reason: str = "") -> int:
+        """Mark every active record of the user ``deleted``, as ``delete``
+        does (kept, with their history; ``purge`` removes them for good).
+        Returns the number of records deleted."""
+        uid = validate_id(user_id, "user_id")
+        if not isinstance(reason, str):
+            raise InvalidInput("reason must be a str")
+        deleted = 0
+        for record in await self.get_all(user_id=uid):
+            deleted += await self._set_status(uid, record.id, "deleted", reason)
+        return deleted
+
+    @keyword_user_id
+    async def profile(self, *, user_id: str, limit: int = 20) -> list[Fact]:
         """The user's active facts about themselves (subject "user"), newest first."""
-        hits = await self.search(user_id, kinds=["fact"], limit=max(limit * 4, 50))
+        hits = await self.search(user_id=user_id, kinds=["fact"], limit=max(limit * 4, 50))
         facts = [
             h.record
             for h in hits

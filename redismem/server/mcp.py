@@ -745,7 +745,7 @@ def build_server(source: MemorySource, *, user_id: str = "default") -> MCPServer
             record["title"] = text[:80]
         source = Provenance(origin="api", session_id=session_id) if session_id else None
         memory = await current()
-        added = await memory.memories.add(user_id, record, source=source, write_id=write_id)
+        added = await memory.memories.add(record, user_id=user_id, source=source, write_id=write_id)
         return _result(
             [(f"memory {added.outcome}", [_memory_item(added.record)])],
             Remembered(outcome=added.outcome, memory=added.record, other=added.other),
@@ -786,7 +786,7 @@ def build_server(source: MemorySource, *, user_id: str = "default") -> MCPServer
         """
         memory = await current()
         hits = await memory.memories.search(
-            user_id, query, kinds=kinds, tags=tags, status=status, limit=limit
+            query, user_id=user_id, kinds=kinds, tags=tags, status=status, limit=limit
         )
         return _result(
             [("long-term memories", [_memory_item(h.record, h.score) for h in hits])],
@@ -810,10 +810,10 @@ def build_server(source: MemorySource, *, user_id: str = "default") -> MCPServer
         how and why it changed.
         """
         memory = await current()
-        record = await memory.memories.get(user_id, memory_id)
+        record = await memory.memories.get(memory_id, user_id=user_id)
         if record is None:
             raise InvalidInput(f"no memory {memory_id!r} for user {user_id!r}")
-        changes = await memory.memories.history(user_id, memory_id) if history else None
+        changes = await memory.memories.history(memory_id, user_id=user_id) if history else None
         items = [_memory_item(record)]
         sections = [("memory", items)]
         if changes is not None:
@@ -863,7 +863,7 @@ def build_server(source: MemorySource, *, user_id: str = "default") -> MCPServer
         if not changes:
             raise InvalidInput("nothing to change: give text, object, tags or event_date")
         memory = await current()
-        record = await memory.memories.update(user_id, memory_id, reason=reason, **changes)
+        record = await memory.memories.update(memory_id, user_id=user_id, reason=reason, **changes)
         return _result(
             [("memory updated", [_memory_item(record)])], OneMemoryRecord(memory=record), ""
         )
@@ -881,7 +881,7 @@ def build_server(source: MemorySource, *, user_id: str = "default") -> MCPServer
         false.
         """
         memory = await current()
-        deleted = await memory.memories.delete(user_id, memory_id, reason=reason)
+        deleted = await memory.memories.delete(memory_id, user_id=user_id, reason=reason)
         text = "Deleted." if deleted else "Nothing deleted: no active memory has this id."
         return CallToolResult(
             content=[TextContent(type="text", text=text)],

@@ -232,8 +232,8 @@ async def _apply(
     added = 0
     for position, record in enumerate(records):
         result = await memories.add_guarded(
-            user_id,
             record,
+            user_id=user_id,
             write_id=f"x:{gen}:{until}:{position}",
             guard=(meta, gen),
         )

@@ -126,7 +126,7 @@ class MemoriesPurged(BaseModel):
 )
 async def add(write: WriteOnce, user_id: str, body: MemoryAddRequest) -> Response:
     result = await write.memory.memories.add(
-        user_id, body.record, source=body.source, write_id=write.write_id
+        body.record, user_id=user_id, source=body.source, write_id=write.write_id
     )
     reply = MemoryAddReply(record=result.record, outcome=result.outcome, other=result.other)
     return json_response(reply, 201)
@@ -141,8 +141,8 @@ async def add(write: WriteOnce, user_id: str, body: MemoryAddRequest) -> Respons
 )
 async def search(mem: Reader, user_id: str, body: MemorySearchRequest) -> Response:
     hits = await mem.memories.search(
-        user_id,
         body.query,
+        user_id=user_id,
         kinds=body.kinds,
         tags=body.tags,
         status=body.status,
@@ -165,7 +165,7 @@ async def search(mem: Reader, user_id: str, body: MemorySearchRequest) -> Respon
     responses=ERRORS,
 )
 async def get(mem: Reader, user_id: str, memory_id: str) -> Response:
-    found = await mem.memories.get(user_id, memory_id)
+    found = await mem.memories.get(memory_id, user_id=user_id)
     return json_response(MemoryReply(memory=found))
 
 
@@ -179,7 +179,7 @@ async def get(mem: Reader, user_id: str, memory_id: str) -> Response:
 )
 async def update(mem: Writer, user_id: str, memory_id: str, body: MemoryUpdateRequest) -> Response:
     record = await mem.memories.update(
-        user_id, memory_id, reason=body.reason, source=body.source, **body.changes
+        memory_id, user_id=user_id, reason=body.reason, source=body.source, **body.changes
     )
     return json_response(MemoryReply(memory=record))
 
@@ -196,7 +196,7 @@ async def delete(
     memory_id: str,
     reason: Annotated[str, Query(description="why, kept in its history")] = "",
 ) -> Response:
-    changed = await mem.memories.delete(user_id, memory_id, reason=reason)
+    changed = await mem.memories.delete(memory_id, user_id=user_id, reason=reason)
     return json_response(MemoryChanged(changed=changed))
 
 
@@ -211,7 +211,7 @@ async def restore(
     mem: Writer, user_id: str, memory_id: str, body: MemoryReasonRequest | None = None
 ) -> Response:
     reason = body.reason if body is not None else ""
-    changed = await mem.memories.restore(user_id, memory_id, reason=reason)
+    changed = await mem.memories.restore(memory_id, user_id=user_id, reason=reason)
     return json_response(MemoryChanged(changed=changed))
 
 
@@ -222,7 +222,7 @@ async def restore(
     responses=ERRORS,
 )
 async def history(mem: Reader, user_id: str, memory_id: str) -> Response:
-    changes = await mem.memories.history(user_id, memory_id)
+    changes = await mem.memories.history(memory_id, user_id=user_id)
     return json_response(MemoryHistory(history=changes))
 
 
@@ -233,7 +233,7 @@ async def history(mem: Reader, user_id: str, memory_id: str) -> Response:
     responses=ERRORS,
 )
 async def purge(mem: Admin, user_id: str, memory_id: str) -> Response:
-    removed = await mem.memories.purge(user_id, memory_id)
+    removed = await mem.memories.purge(memory_id, user_id=user_id)
     return json_response(MemoriesPurged(removed=removed))
 
 
@@ -244,5 +244,5 @@ async def purge(mem: Admin, user_id: str, memory_id: str) -> Response:
     responses=ERRORS,
 )
 async def purge_all(mem: Admin, user_id: str) -> Response:
-    removed = await mem.memories.purge(user_id)
+    removed = await mem.memories.purge(user_id=user_id)
     return json_response(MemoriesPurged(removed=removed))
