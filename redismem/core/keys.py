@@ -239,10 +239,11 @@ SESSION_META_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
         "xbox": "outbox: memories extracted but not yet added (msgpack)",
     }
 )
-#: Kinds of the user keys that say a user holds data in an epoch (roots of
-#: their families, see ``KeyLayout.epoch_roots``): sessions, recall index
-#: (format 2, format 1), long-term store. ``redismem users`` finds users by them.
-USER_ROOT_KINDS = ("sessions", "i:meta", "r:docs", "kv:refs")
+#: Kinds of the user keys that say a user holds data in an epoch: one root
+#: per key family, which exists whenever any key of the family does (sessions,
+#: recall index format 1 stats and docs, format 2, long-term store). The
+#: guard's ``KeyLayout.epoch_roots`` and ``redismem users`` both use them.
+USER_ROOT_KINDS = ("sessions", "r:stats", "r:docs", "i:meta", "kv:refs")
 #: Namespaces that would hold the work queue's keys.
 RESERVED_NAMESPACES = frozenset({"arq"})
 #: Prefix of the work-queue side's keys; no namespace can contain it.
@@ -590,16 +591,11 @@ class KeyLayout:
     def epoch_roots(self, user_id: str, epoch: int) -> list[str]:
         """One key per key family of the user that exists whenever any key of
         that family does in ``epoch`` (each family's scripts create it first
-        and drop it last): a new family must add its root here, or a clear
-        could drop the guard of an epoch still holding its keys."""
+        and drop it last): a new family must add its root to
+        ``USER_ROOT_KINDS``, or a clear could drop the guard of an epoch still
+        holding its keys."""
         prefix = self.user_prefix(user_id, epoch)
-        return [
-            prefix + "sessions",
-            prefix + "r:stats",
-            prefix + "r:docs",
-            prefix + "i:meta",
-            prefix + "kv:refs",
-        ]
+        return [prefix + kind for kind in USER_ROOT_KINDS]
 
     def user(self, user_id: str, epoch: int = 0) -> UserKeys:
         return UserKeys(
