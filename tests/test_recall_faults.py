@@ -220,9 +220,11 @@ async def test_two_workers_and_duplicate_jobs_index_each_message_once(
     duplicates: list[Any] = []
 
     async def twice(*args: Any) -> None:  # (user, session, episode, settings)
-        await enqueue(*args)
+        # Recorded before any await: the enqueue runs in the write's
+        # background task, which under load may not finish before the writes.
         again = (args[0], args[1], f"{args[2]}-dup", *args[3:])
         duplicates.append(again)
+        await enqueue(*args)
         await enqueue(*again)
 
     memory._enqueue_summary = twice  # type: ignore[method-assign]
@@ -231,8 +233,8 @@ async def test_two_workers_and_duplicate_jobs_index_each_message_once(
 
     # Writes go on while both workers run each session's job twice.
     expected = await write_backlog(memory, 30, 200, batch=10)
-    assert duplicates
     await settle(memory, workers)
+    assert duplicates
     await eventually(
         lambda: queue_idle(raw, queue_name, namespace),
         within=60,
