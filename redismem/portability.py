@@ -97,7 +97,7 @@ from redismem.core.keys import validate_id
 from redismem.errors import InvalidInput, VersionConflict
 from redismem.longterm.items import check_namespace
 from redismem.longterm.jsonpaths import check_index
-from redismem.longterm.memories import CHUNKS, LOOKUPS, RECORDS
+from redismem.longterm.memory_items import CHUNKS, LOOKUPS, RECORDS
 from redismem.models import Message, Summary
 from redismem.values import check_json_value
 
@@ -109,7 +109,7 @@ __all__ = ["USER_FORMAT", "ImportReport", "UserDocument", "export_user", "import
 
 #: The format (and its version) of the document ``export_user`` makes.
 USER_FORMAT = "redismem.user/1"
-#: Second labels of the namespaces that hold the memories (see ``longterm.memories``).
+#: Second labels of the namespaces that hold the memories (see ``longterm.memory_items``).
 MEMORY_LABELS = frozenset({RECORDS, CHUNKS, LOOKUPS})
 
 

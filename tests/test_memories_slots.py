@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from redismem import BackendUnavailable, InvalidInput
 from redismem.longterm.extraction import RuleExtractor
 from redismem.longterm.extraction.job import extract_pass
-from redismem.longterm.memories import Knowledge, _slot_key
+from redismem.longterm.memories import Knowledge
 from redismem.longterm.records import Fact, MemoryRecord, Provenance, normalize_predicate
+from redismem.longterm.slots import slot_key
 from redismem.recall.index import catch_up
 
 PROPERTY = settings(
@@ -388,7 +389,8 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
     mem = await make_memory()
     old = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
     memories = Knowledge(mem)
-    real_put = memories._put
+    items = memories._items  # the records' store items, where every put goes
+    real_put = items.put
 
     async def dying_put(uid: str, record: MemoryRecord, **kwargs: Any) -> bool:
         if record.id != old.id and dies_at == "settled":
@@ -398,7 +400,7 @@ async def test_an_add_that_died_midway_finishes_when_re_sent(make_memory, dies_a
             raise BackendUnavailable("connection lost")
         return done
 
-    memories._put = dying_put  # type: ignore[method-assign]
+    items.put = dying_put  # type: ignore[method-assign]
     with pytest.raises(BackendUnavailable):
         await memories.add(lives_in("Porto"), user_id="alice", write_id="op-porto")
     assert_one_current_value(await every_record(mem, "alice"))
@@ -421,7 +423,7 @@ async def test_settling_a_slot_reads_what_may_be_active_not_the_whole_history(ma
     mem = await make_memory()
     for n in range(30):
         await mem.memories.add(lives_in(f"City{n}"), user_id="alice")
-    key = _slot_key(lives_in("x"))
+    key = slot_key(lives_in("x"))
     slot = await mem.store.get(("alice", "memories-keys"), key)
     assert slot is not None
     current = await active_objects(mem, "alice", "lives_in")
@@ -436,7 +438,7 @@ async def test_a_slot_written_before_it_listed_its_records_is_repaired(make_memo
     mem = await make_memory()
     lisbon = (await mem.memories.add(lives_in("Lisbon"), user_id="alice")).record
     porto = (await mem.memories.add(lives_in("Porto"), user_id="alice")).record
-    namespace, key = ("alice", "memories-keys"), _slot_key(lives_in("x"))
+    namespace, key = ("alice", "memories-keys"), slot_key(lives_in("x"))
     await mem.store.put(namespace, key, {"id": porto.id}, index=False)  # the old layout
     old = await mem.store.get(("alice", "memories"), lisbon.id)
     assert old is not None
@@ -455,14 +457,15 @@ async def test_a_restore_raced_by_a_settle_still_returns_true_with_its_reason(ma
     memories = Knowledge(mem)
     lisbon = (await memories.add(lives_in("Lisbon"), user_id="alice")).record
     await memories.add(lives_in("Porto"), user_id="alice")
-    real_settle = memories._settle
+    slots = memories._slots  # the helper that settles single-valued facts' slots
+    real_settle = slots.settle
 
     async def raced(uid: str, slot: Any, guard: Any, **kwargs: Any) -> Any:
         if kwargs.get("arriving") == lisbon.id:
             await real_settle(uid, slot, guard)  # a concurrent add's settle
         return await real_settle(uid, slot, guard, **kwargs)
 
-    memories._settle = raced  # type: ignore[method-assign]
+    slots.settle = raced  # type: ignore[method-assign]
     assert await memories.restore(lisbon.id, user_id="alice", reason="never moved") is True
     assert await active_objects(mem, "alice", "lives_in") == ["Lisbon"]
     history = await mem.memories.history(lisbon.id, user_id="alice")
