@@ -272,19 +272,21 @@ def check_plain_json(name: str, value: object) -> None:
         raise InvalidInput(str(exc)) from exc
 
 
-def check_tags(tags: object) -> dict[str, str]:
-    """At most ``MAX_TAGS`` pairs of ``str`` (keys non-empty); None is no tags."""
+def check_tags(tags: object, name: str = "tags") -> dict[str, str]:
+    """At most ``MAX_TAGS`` pairs of ``str`` (keys non-empty); None is no tags.
+    ``name``: the argument's, for the message (``metadata`` is tags too)."""
     if tags is None:
         return {}
     if not isinstance(tags, Mapping):
-        raise InvalidInput(f"tags must be a dict[str, str], not {type(tags).__name__}")
+        raise InvalidInput(f"{name} must be a dict[str, str], not {type(tags).__name__}")
     if len(tags) > MAX_TAGS:
-        raise InvalidInput(f"at most {MAX_TAGS} tags per call, got {len(tags)}")
+        raise InvalidInput(f"at most {MAX_TAGS} {name} per call, got {len(tags)}")
+    one = "tag" if name == "tags" else name
     for key, value in tags.items():
         if not isinstance(key, str) or not key:
-            raise InvalidInput(f"tag keys must be non-empty str, got {key!r}")
+            raise InvalidInput(f"{one} keys must be non-empty str, got {key!r}")
         if not isinstance(value, str):
-            raise InvalidInput(f"tag values must be str, got {value!r} for {key!r}")
+            raise InvalidInput(f"{one} values must be str, got {value!r} for {key!r}")
     return dict(tags)
 
 

@@ -337,6 +337,7 @@ class SyncKnowledge(_View):
         source: Provenance | None = None,
         write_id: str | None = None,
         infer: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> AddResult: ...
 
     @overload
@@ -348,6 +349,7 @@ class SyncKnowledge(_View):
         source: Provenance | None = None,
         write_id: str | None = None,
         infer: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> list[AddResult]: ...
 
     def add(self, *args: Any, **kwargs: Any) -> AddResult | list[AddResult]:

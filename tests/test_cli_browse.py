@@ -265,8 +265,10 @@ def test_worker_check_of_a_worker_that_never_existed(redis_url: str, namespace: 
     assert "STALE" not in result.stdout
     document = _json(run_cli("worker", "--check", "nope", "--json", env=env))
     assert document["healthy"] is False
+    unknown = dict.fromkeys(("seen_ago_s", "record", "summarizer", "extractor"))
+    unknown |= dict.fromkeys(("consolidator", "embedder"))
     assert document["workers"] == [
-        {"name": "nope", "healthy": False, "registered": False, "seen_ago_s": None, "record": None}
+        {"name": "nope", "healthy": False, "registered": False, "namespaces": [], **unknown}
     ]
 
 

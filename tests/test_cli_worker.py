@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import os
 import signal
 import subprocess
@@ -195,6 +196,52 @@ def test_check_names_a_frozen_worker_while_the_other_stays_healthy(
         assert gone.returncode == 1 and "no worker seen" in gone.stdout, gone.stdout
     finally:
         frozen.process.send_signal(signal.SIGCONT)
+        cli_workers.close()
+        drop_keys(redis_url, namespace)
+
+
+def test_check_and_stats_say_what_each_worker_runs(
+    redis_url: str, namespace: str, cli_workers: CliWorkers
+) -> None:
+    """``worker --check``, ``stats`` and their ``--json`` name each worker's
+    namespaces and plug-ins (names only); a worker that stops takes its
+    record with it."""
+    env = cli_env(redis_url, namespace, REDISMEM_EXTRACTOR="rules", REDISMEM_EMBEDDER="hashing")
+    worker = cli_workers.start(env, name=f"{namespace}-r")
+    runs = (
+        f"  namespace {namespace}: summarizer keypoints, extractor rules, consolidator off, "
+        "embedder hashing (hashing-256)"
+    )
+    try:
+        check = wait_for_check(env, until=healthy(worker.name), within=30, workers=cli_workers)
+        assert check.stdout.splitlines()[1:] == [runs], check.stdout
+        one = run_cli("worker", "--check", worker.name, "--json", env=env)
+        assert one.returncode == 0, one.stderr
+        [entry] = json.loads(one.stdout)["workers"]
+        assert entry["namespaces"] == [namespace] and entry["extractor"] == "rules"
+        assert (entry["summarizer"], entry["consolidator"]) == ("keypoints", "off")
+        assert entry["embedder"] == "hashing (hashing-256)" and entry["healthy"]
+
+        stats = run_cli("stats", env=env)
+        assert stats.returncode == 0, stats.stderr
+        table = stats.stdout.split("\nworkers\n", 1)[1].splitlines()
+        headers = "name health namespaces summarizer extractor consolidator embedder"
+        assert table[0].split() == headers.split()
+        row = [worker.name, "healthy", namespace, "keypoints", "rules", "off", "hashing"]
+        assert table[2].split() == [*row, "(hashing-256)"]
+        [listed] = json.loads(run_cli("stats", "--json", env=env).stdout)["workers"]
+        assert listed == {**entry, "seen_ago_s": listed["seen_ago_s"], "record": listed["record"]}
+
+        worker.stop()  # SIGTERM: deregisters, and its record goes
+        gone = run_cli("worker", "--check", worker.name, "--json", env=env)
+        [entry] = json.loads(gone.stdout)["workers"]
+        assert not entry["registered"] and entry["namespaces"] == [] and entry["extractor"] is None
+        client = redis.Redis.from_url(redis_url)
+        try:
+            assert not client.exists(f"{env['REDISMEM_QUEUE_NAME']}:runs:{worker.name}")
+        finally:
+            client.close()
+    finally:
         cli_workers.close()
         drop_keys(redis_url, namespace)
 

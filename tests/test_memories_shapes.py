@@ -151,11 +151,87 @@ async def test_an_invalid_record_is_one_line_naming_the_field(
     assert await mem.memories.get_all(user_id="u", status="any") == []
 
 
+async def test_metadata_is_kept_as_the_records_tags_and_filters_them(make_memory: Any) -> None:
+    mem = await make_memory()
+    [tea] = await mem.memories.add("I like tea", user_id="u", metadata={"app": "chat"})
+    assert tea.record.tags == {"app": "chat"}
+    [note] = await mem.memories.add(
+        "The launch review moved to room 4B", user_id="u", metadata={"app": "calendar", "k": ""}
+    )
+    chat = [{"role": "user", "content": "I live in Oslo and I love jazz."}]
+    added = await mem.memories.add(chat, user_id="u", metadata={"app": "chat", "turn": "7"})
+    assert sorted(a.memory for a in added) == ["User likes jazz.", "User lives in Oslo."]
+    assert all(a.record.tags == {"app": "chat", "turn": "7"} for a in added)
+    fact = {"kind": "goal", "text": "learn Norwegian", "tags": {"src": "import"}}
+    goal = await mem.memories.add(fact, user_id="u", metadata={"app": "crm"})
+    assert goal.record.tags == {"src": "import", "app": "crm"}
+
+    stored = await mem.memories.get(note.id, user_id="u")
+    assert stored is not None and stored.tags == {"app": "calendar", "k": ""}
+    in_chat = await mem.memories.get_all(user_id="u", tags={"app": "chat"})
+    assert sorted(r.text for r in in_chat) == [
+        "User likes jazz.",
+        "User likes tea.",
+        "User lives in Oslo.",
+    ]
+    assert [r.id for r in await mem.memories.get_all(user_id="u", tags={"turn": "7"})] == [
+        r.id for r in in_chat if r.id != tea.id
+    ]
+    hits = await mem.memories.search("room", user_id="u", tags={"app": "calendar"})
+    assert [h.record.id for h in hits] == [note.id]
+    assert await mem.memories.search("room", user_id="u", tags={"app": "chat"}) == []
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"n": 3}, "metadata values must be str, got 3 for 'n'"),
+        ({"ok": "yes", "when": None}, "metadata values must be str, got None for 'when'"),
+        (["app"], "metadata must be a dict[str, str], not list"),
+        ({"": "x"}, "metadata keys must be non-empty str, got ''"),
+        ({1: "x"}, "metadata keys must be non-empty str, got 1"),
+    ],
+)
+@pytest.mark.parametrize(
+    "record",
+    [
+        "I like tea",
+        [{"role": "user", "content": "I live in Oslo."}],
+        {"kind": "goal", "text": "learn Norwegian", "tags": {"src": "import"}},
+    ],
+    ids=["text", "messages", "record"],
+)
+async def test_metadata_not_of_strings_is_one_line_and_nothing_is_stored(
+    make_memory: Any, record: Any, metadata: Any, message: str
+) -> None:
+    mem = await make_memory()
+    with pytest.raises(InvalidInput) as raised:
+        await mem.memories.add(record, user_id="u", metadata=metadata)
+    assert str(raised.value) == message and raised.value.__cause__ is None
+    assert await mem.memories.get_all(user_id="u", status="any") == []
+
+
+async def test_metadata_never_overrides_a_tag_of_the_record(make_memory: Any) -> None:
+    mem = await make_memory()
+    goal = {"kind": "goal", "text": "learn Norwegian", "tags": {"src": "import"}}
+    with pytest.raises(InvalidInput) as raised:
+        await mem.memories.add(goal, user_id="u", metadata={"src": "other"})
+    assert str(raised.value) == (
+        "metadata 'src' is 'other' but the record's tag 'src' is 'import': drop one"
+    )
+    assert await mem.memories.get_all(user_id="u", status="any") == []
+    same = await mem.memories.add(goal, user_id="u", metadata={"src": "import"})
+    assert same.record.tags == {"src": "import"}
+
+
 def test_the_sync_client_has_the_same_shapes(namespace: str) -> None:
     mem = SyncMemory.connect(f"memory://shapes-{namespace}", namespace=namespace)
     try:
         [added] = mem.memories.add("I like tea", user_id="u")
         assert added.memory == "User likes tea."
+        [noted] = mem.memories.add("I like chess", user_id="u", metadata={"app": "sync"})
+        assert [r.id for r in mem.memories.get_all(user_id="u", tags={"app": "sync"})] == [noted.id]
+        mem.memories.delete(noted.id, user_id="u")
         assert [r.id for r in mem.memories.get_all(user_id="u")] == [added.id]
         assert [h.record.id for h in mem.memories.search("tea", user_id="u")] == [added.id]
         assert mem.memories.delete_all(user_id="u") == 1

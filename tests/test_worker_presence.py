@@ -17,6 +17,7 @@ from conftest import MemoryFactory
 from worker_support import wait_ready, worker_env
 
 from redismem import SyncMemory
+from redismem.longterm.extraction import RuleExtractor
 from redismem.workers import presence
 from redismem.workers.inprocess import InProcessWorker
 
@@ -100,6 +101,53 @@ async def test_a_running_worker_is_listed_and_nothing_is_said(
     assert "1 of 1 healthy" in found.describe() and "worker w1: healthy" in found.describe()
 
 
+async def test_each_worker_says_what_it_runs_and_no_secret(
+    redis_url: str,
+    workers: Any,
+    raw_factory: Any,
+    namespace: str,
+    queue_name: str,
+    memory_factory: MemoryFactory,
+) -> None:
+    """A worker process records its namespaces and plug-in names beside its
+    heartbeat; ``mem.workers()`` shows them, never the LLM's key or URL."""
+    raw = await raw_factory(redis_url)
+    secret = "sk-very-secret-1234"
+    env = worker_env(
+        redis_url,
+        namespace,
+        queue_name,
+        WORKER_NAME="w-runs",
+        NAMESPACE=f"{namespace},{namespace}-other",
+        SUMMARIZER="llm",
+        LLM_MODEL="tiny-model",
+        LLM_API_KEY=secret,
+        LLM_BASE_URL="http://user:hunter2@127.0.0.1:9/v1",
+        EXTRACTOR="rules",
+        EMBEDDER="hashing",
+    )
+    process = workers.start(env, name="w-runs")
+    await wait_ready(raw, process)
+    mem = await memory_factory(redis_url, queue_name=queue_name)
+    [worker] = await mem.workers()
+    assert worker.name == "w-runs" and worker.healthy
+    assert worker.namespaces == (namespace, f"{namespace}-other")
+    assert (worker.summarizer, worker.extractor) == ("llm (tiny-model)", "rules")
+    assert (worker.consolidator, worker.embedder) == ("off", "hashing (hashing-256)")
+    said = (await mem.workers()).describe()
+    line = (
+        f"  namespaces {namespace}, {namespace}-other: summarizer llm (tiny-model), "
+        "extractor rules, consolidator off, embedder hashing (hashing-256)"
+    )
+    assert line in said.splitlines(), said
+    stored = [await raw.dump(key) async for key in raw.scan_iter(match=f"{queue_name}*")]
+    assert stored and not any(b"hunter2" in v or secret.encode() in v for v in stored if v)
+    assert await raw.pttl(f"{queue_name}:runs:w-runs") > 0  # no key without TTL
+    process.stop()  # SIGTERM: the worker deregisters, its record goes with it
+    assert not await raw.exists(f"{queue_name}:runs:w-runs")
+    assert secret not in process.log() and "hunter2" not in process.log()
+
+
 async def test_the_embedded_backend_never_warns_and_lists_its_in_process_workers(
     memory_factory: MemoryFactory, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -112,10 +160,14 @@ async def test_the_embedded_backend_never_warns_and_lists_its_in_process_workers
     none = await mem.workers()
     assert none.embedded and list(none) == []
     assert "InProcessWorker" in none.describe()
-    async with InProcessWorker(url, namespaces=[namespace]):
+    async with InProcessWorker(url, namespaces=[namespace], extractor=RuleExtractor()):
         assert await mem.flush(timeout=30) is True
         found = await mem.workers()
     assert [w.in_process and w.healthy for w in found] == [True]
+    [worker] = found
+    assert worker.namespaces == (namespace,) and worker.extractor == "rules"
+    assert (worker.summarizer, worker.consolidator, worker.embedder) == ("keypoints", "off", "none")
+    assert f"namespace {namespace}: summarizer keypoints, extractor rules" in found.describe()
     assert _warnings(caplog) == []
 
 

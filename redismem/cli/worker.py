@@ -138,13 +138,35 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _health(w: Any) -> dict[str, Any]:
+    """A ``WorkerHealth`` as ``--json`` gives it: what it runs is null (and
+    ``namespaces`` empty) when unknown."""
+    runs = {} if w.runs is None else w.runs.as_json()
     return {
         "name": w.name,
         "healthy": w.healthy,
         "registered": w.seen_ago is not None,
         "seen_ago_s": None if w.seen_ago is None else round(w.seen_ago, 3),
         "record": w.record,
+        "namespaces": runs.get("namespaces", []),
+        **{kind: runs.get(kind) for kind in _PLUGIN_KINDS},
     }
+
+
+_PLUGIN_KINDS = ("summarizer", "extractor", "consolidator", "embedder")
+
+
+def _runs_rows(health: list[Any]) -> list[tuple[str, ...]]:
+    """One row per worker: its name, health and what it runs ("?": unknown)."""
+    rows: list[tuple[str, ...]] = []
+    for w in health:
+        state = "healthy" if w.healthy else "STALE"
+        if w.runs is None:
+            rows.append((w.name, state, "?", "?", "?", "?", "?"))
+            continue
+        ran = w.runs
+        plugins = (ran.summarizer, ran.extractor, ran.consolidator, ran.embedder)
+        rows.append((w.name, state, ",".join(ran.namespaces), *plugins))
+    return rows
 
 
 def _serve_metrics(port: int) -> None:
@@ -234,6 +256,10 @@ async def _stats(args: argparse.Namespace) -> int:
         ("workers", workers),
     ]
     print(table(rows, ["metric", "value"]))
+    if health:
+        print("\nworkers")
+        headers = ["name", "health", "namespaces", *_PLUGIN_KINDS]
+        print(table(_runs_rows(health), headers))
     if snapshot["failures"]:
         print("\nrecent failures")
         failure_rows = [

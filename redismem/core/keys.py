@@ -169,6 +169,18 @@ The work queue's keys never lie inside a namespace: ``clear_all`` must not
 touch them (other tenants' jobs). Queue-side keys start with ``redismem/``
 (``/`` is not allowed in a namespace), arq's own keys with ``arq:`` (``arq``
 is a reserved namespace), and the default queue is ``redismem/queue``.
+Each worker of a queue ``Q`` (``redismem.workers.health``; ``W`` = its
+name) keeps::
+
+    Q:workers                  ZSET  W -> ms of its last heartbeat (``FORGET_S``
+                               after the last beat of any worker, it expires)
+    Q:health-check:W           STRING arq's health record (jobs complete, failed,
+                               ...), written by arq's poll loop; lives 6 s
+    Q:health-check             STRING some worker of Q is alive (arq's --check); 6 s
+    Q:runs:W                   STRING JSON: what W runs, {"namespaces": [...],
+                               "summarizer", "extractor", "consolidator",
+                               "embedder"} (plug-in names, no settings);
+                               written with each heartbeat, lives ``FORGET_S``
 """
 
 from __future__ import annotations
@@ -203,6 +215,9 @@ __all__ = [
     "tag_index_prefix",
     "unescape_id",
     "validate_id",
+    "worker_health_key",
+    "worker_registry_key",
+    "worker_runs_key",
 ]
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
@@ -823,6 +838,21 @@ def namespace_of(key: str | bytes) -> str | None:
     except (InvalidInput, UnicodeDecodeError):
         return None
     return None if found is None else namespace
+
+
+def worker_registry_key(queue: str) -> str:
+    """ZSET of a queue's workers, scored by their last heartbeat (ms)."""
+    return f"{queue}:workers"
+
+
+def worker_health_key(queue: str, name: str) -> str:
+    """arq's ``health_check_key`` of one worker of ``queue``."""
+    return f"{queue}:health-check:{name}"
+
+
+def worker_runs_key(queue: str, name: str) -> str:
+    """What one worker of ``queue`` runs: its namespaces and plug-in names."""
+    return f"{queue}:runs:{name}"
 
 
 def user_digest(namespace: str, user_id: str) -> str:

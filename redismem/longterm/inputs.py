@@ -8,6 +8,9 @@
   or one such dict): ``as_messages`` tells them apart.
 * A record pydantic refuses becomes one line of ``InvalidInput`` naming the
   field (``record_error``), never pydantic's many-line report.
+* ``add(..., metadata={"app": "chat"})`` (mem0's name) is kept as the tags
+  of every record added: strings only, checked as every tags argument is
+  (``checks.check_tags``), before anything is added (``with_metadata``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from redismem.checks import check_tags
 from redismem.errors import InvalidInput
 from redismem.longterm.records import (
     MEMORY_KINDS,
@@ -42,6 +46,7 @@ __all__ = [
     "keyword_user_id",
     "notes_or_extracted",
     "record_error",
+    "with_metadata",
 ]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -124,6 +129,30 @@ def check_record(record: object) -> MemoryRecord:
         return _RECORD.validate_python(values)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise record_error(exc) from None
+
+
+def with_metadata(
+    records: list[MemoryRecord | Mapping[str, Any]], metadata: object
+) -> list[MemoryRecord | Mapping[str, Any]]:
+    """``records`` with ``metadata`` (``add``'s, a ``Mapping[str, str]`` or
+    None) added to their tags, as new records; checked first, all of it, so
+    that nothing is added when any of it is wrong. A record's own tag is
+    never overridden: the same key with another value is refused."""
+    tags = check_tags(metadata, "metadata")
+    if not tags:
+        return records
+    tagged: list[MemoryRecord | Mapping[str, Any]] = []
+    for record in records:
+        checked = check_record(record)
+        for key, value in tags.items():
+            held = checked.tags.get(key, value)
+            if held != value:
+                raise InvalidInput(
+                    f"metadata {key!r} is {value!r} but the record's tag {key!r} is {held!r}: "
+                    "drop one"
+                )
+        tagged.append(checked.model_copy(update={"tags": {**checked.tags, **tags}}))
+    return tagged
 
 
 def as_messages(value: object) -> list[Message] | None:

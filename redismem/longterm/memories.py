@@ -84,6 +84,7 @@ from redismem.longterm.inputs import (
     check_time,
     keyword_user_id,
     notes_or_extracted,
+    with_metadata,
 )
 from redismem.longterm.memory_items import (
     CHUNKS,
@@ -202,6 +203,7 @@ class Knowledge:
         source: Provenance | None = None,
         write_id: str | None = None,
         infer: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> AddResult: ...
 
     @overload
@@ -213,6 +215,7 @@ class Knowledge:
         source: Provenance | None = None,
         write_id: str | None = None,
         infer: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> list[AddResult]: ...
 
     @keyword_user_id
@@ -224,6 +227,7 @@ class Knowledge:
         source: Provenance | None = None,
         write_id: str | None = None,
         infer: bool = True,
+        metadata: Mapping[str, str] | None = None,
     ) -> AddResult | list[AddResult]:
         """Remember ``record`` for ``user_id``, consolidated with what is
         remembered already (see the module docstring).
@@ -240,11 +244,13 @@ class Knowledge:
         ``source`` is the provenance (default: the record's own last
         source, else an "api" one); ``write_id`` names the add: re-sent with
         the same id (after ``BackendUnavailable``), it adds nothing twice
-        and finishes what the first try started."""
+        and finishes what the first try started. ``metadata`` (mem0's) is
+        added to the tags of every record added (``inputs.with_metadata``)."""
         messages = as_messages(record)
         if messages is None:
+            [tagged] = with_metadata([cast("MemoryRecord | Mapping[str, Any]", record)], metadata)
             result = await self.add_guarded(
-                cast("MemoryRecord | Mapping[str, Any]", record),
+                tagged,
                 user_id=user_id,
                 source=source,
                 write_id=write_id,
@@ -252,7 +258,8 @@ class Knowledge:
             assert result is not None  # only a guarded add is ever refused
             return result
         op = check_write_id(write_id)
-        drafts = notes_or_extracted(messages, infer=check_bool("infer", infer), text=record)
+        found = notes_or_extracted(messages, infer=check_bool("infer", infer), text=record)
+        drafts = with_metadata(list(found), metadata)
         results = []
         for position, draft in enumerate(drafts):
             added = await self.add_guarded(

@@ -7,7 +7,7 @@ arq hands every job one dict, ``ctx``. A worker is created with
 ``config``    the ``WorkerConfig`` (URLs, queue, namespaces, summarizer, timeouts)
 ``backends``  one ``Backend`` per namespace, opened on first use (``backend_for``)
 ``queue``     a ``SummaryQueue`` on the queue Redis, for re-enqueueing
-``heartbeat`` the task keeping this worker registered (``health.heartbeat``)
+``heartbeat`` the task keeping this worker registered, with what it runs (``health.heartbeat``)
 ``gauges``    with the metrics on, the task refreshing their gauges (``gauges.refresh``)
 
 arq adds ``redis`` (its pool on the queue Redis, used for stats) and, per
@@ -26,6 +26,7 @@ from redismem.core.backend import Backend, open_backend
 from redismem.core.keys import KeyLayout
 from redismem.core.queue import QueueStats, SummaryQueue
 from redismem.workers import gauges, health
+from redismem.workers.runs import runs_of
 
 __all__ = ["config_of", "backend_for", "queue_of", "resources", "shutdown", "startup", "stats_for"]
 
@@ -71,7 +72,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     config = config_of(ctx)
     ctx.update(resources(config))
     ctx["heartbeat"] = asyncio.create_task(
-        health.heartbeat(ctx["redis"], config.queue_name, config.name)
+        health.heartbeat(ctx["redis"], config.queue_name, config.name, runs_of(config))
     )
     if metrics.enabled():
         ctx["gauges"] = asyncio.create_task(

@@ -5,7 +5,11 @@ Each worker records its own health under ``<queue>:health-check:<name>``
 interval + 1 s) and registers its name in the ``<queue>:workers`` sorted set
 (score: last heartbeat, ms), which is how ``--check`` knows a worker that went
 quiet. ``<queue>:health-check`` still says that some worker is alive, for
-arq's own ``--check`` and older probes.
+arq's own ``--check`` and older probes. With each heartbeat it also records
+what it runs (``runs.WorkerRuns``: namespaces, plug-in names) under
+``<queue>:runs:<name>``, kept as long as the registry remembers it: arq
+writes its health record itself, in its own format, so that record is not
+extended. The keys are built in ``redismem.core.keys``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import redis.exceptions as rexc
 
 from redismem import env
 from redismem.core.connection import open_redis, redis_errors
+from redismem.core.keys import worker_health_key, worker_registry_key, worker_runs_key
+from redismem.workers.runs import WorkerRuns
 
 __all__ = [
     "FORGET_S",
@@ -42,23 +48,19 @@ HEALTH_INTERVAL_S = 5
 FORGET_S = 120
 
 
-def health_key(queue: str, name: str) -> str:
-    """arq's ``health_check_key`` of one worker."""
-    return f"{queue}:health-check:{name}"
+health_key = worker_health_key
+registry_key = worker_registry_key
 
 
-def registry_key(queue: str) -> str:
-    """Sorted set of the queue's workers, scored by their last heartbeat (ms)."""
-    return f"{queue}:workers"
-
-
-async def heartbeat(redis: Any, queue: str, name: str) -> None:
-    """Keep this worker registered, and ``<queue>:health-check`` alive (runs
-    until cancelled; a failed beat is logged, not raised). After each beat
-    Redis took, touch ``REDISMEM_HEARTBEAT_FILE`` if set: a probe reads its
-    age without starting Python (deploy/)."""
+async def heartbeat(redis: Any, queue: str, name: str, runs: WorkerRuns | None = None) -> None:
+    """Keep this worker registered, with what it ``runs``, and
+    ``<queue>:health-check`` alive (runs until cancelled; a failed beat is
+    logged, not raised). After each beat Redis took, touch
+    ``REDISMEM_HEARTBEAT_FILE`` if set: a probe reads its age without
+    starting Python (deploy/)."""
     ttl_ms = (HEALTH_INTERVAL_S + 1) * 1000
     beat_file = env.text("REDISMEM_HEARTBEAT_FILE")
+    record = None if runs is None else runs.encode()
     while True:
         now = int(time.time() * 1000)
         try:
@@ -66,6 +68,8 @@ async def heartbeat(redis: Any, queue: str, name: str) -> None:
             pipe.zadd(registry_key(queue), {name: now})
             pipe.zremrangebyscore(registry_key(queue), "-inf", now - FORGET_S * 1000)
             pipe.pexpire(registry_key(queue), FORGET_S * 1000)
+            if record is not None:
+                pipe.set(worker_runs_key(queue, name), record, px=FORGET_S * 1000)
             pipe.set(f"{queue}:health-check", f"worker {name} alive", px=ttl_ms)
             await pipe.execute()
             if beat_file:
@@ -78,7 +82,10 @@ async def heartbeat(redis: Any, queue: str, name: str) -> None:
 async def deregister(redis: Any, queue: str, name: str) -> None:
     """Forget this worker (it is stopping cleanly). Best effort."""
     try:
-        await redis.zrem(registry_key(queue), name)
+        pipe = redis.pipeline(transaction=False)
+        pipe.zrem(registry_key(queue), name)
+        pipe.delete(worker_runs_key(queue, name))
+        await pipe.execute()
     except (rexc.RedisError, OSError) as exc:
         logger.info("could not deregister worker %s: %s", name, exc)
 
@@ -91,8 +98,16 @@ class WorkerHealth:
     healthy: bool  # its health record is fresh
     seen_ago: float | None  # seconds since its last heartbeat; None: not registered
     record: str | None  # arq's health record (jobs complete, failed, ...)
+    #: What it runs; None when unknown (not registered, or a worker of an
+    #: older version).
+    runs: WorkerRuns | None = None
 
     def describe(self) -> str:
+        """One line on its health, then one on what it runs (when known)."""
+        runs = "" if self.runs is None else f"\n  {self.runs.describe()}"
+        return self._health() + runs
+
+    def _health(self) -> str:
         if self.healthy:
             return f"worker {self.name}: healthy ({self.record})"
         if self.seen_ago is None:
@@ -133,18 +148,21 @@ async def worker_health(
                     registry_key(queue), (now - FORGET_S) * 1000, "+inf", withscores=True
                 )
                 seen = {member.decode(): score for member, score in rows}
-            records = await redis.mget([health_key(queue, n) for n in seen]) if seen else []
+            keys = [health_key(queue, n) for n in seen] + [worker_runs_key(queue, n) for n in seen]
+            values = await redis.mget(keys) if seen else []
     finally:
         if client is None:
             await redis.aclose()
+    records, runs = values[: len(seen)], values[len(seen) :]
     return [
         WorkerHealth(
             name=n,
             healthy=record is not None,
             seen_ago=None if score is None else max(0.0, now - score / 1000),
             record=record.decode() if record is not None else None,
+            runs=WorkerRuns.decode(ran),
         )
-        for (n, score), record in zip(seen.items(), records, strict=True)
+        for (n, score), record, ran in zip(seen.items(), records, runs, strict=True)
     ]
 
 

@@ -11,7 +11,8 @@ command that starts a worker, at most once per ``WARN_EVERY_S`` per client.
 
 On the embedded backend (``memory://``) workers run in the client's own
 process (``InProcessWorker``): nothing is checked and nothing is said.
-``Workers`` is what ``Memory.workers()`` returns, as ``redismem stats`` shows it.
+``Workers`` is what ``Memory.workers()`` returns, as ``redismem stats`` shows it:
+each worker's health and what it runs (namespaces, plug-in names).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from redismem.config import MemoryConfig
 from redismem.core.connection import describe_url
 from redismem.core.queue import DEFAULT_QUEUE_NAME
 from redismem.workers.health import HEALTH_INTERVAL_S, WorkerHealth, worker_health
+from redismem.workers.runs import WorkerRuns
 
 __all__ = ["CHECK_EVERY_S", "WARN_EVERY_S", "WorkerPresence", "WorkerStatus", "Workers"]
 
@@ -53,12 +55,37 @@ class WorkerStatus:
     record: str | None
     #: An ``InProcessWorker`` (the embedded backend's workers).
     in_process: bool
+    #: What it runs, as its start-up line says: the namespaces it sweeps and
+    #: its plug-ins by name (``"keypoints"``, ``"rules"``, ``"llm (gpt-4o-mini)"``,
+    #: ``"off"``, ``"none"``). Empty / None when unknown: a worker that never
+    #: registered, or one of a version that does not record it.
+    namespaces: tuple[str, ...] = ()
+    summarizer: str | None = None
+    extractor: str | None = None
+    consolidator: str | None = None
+    embedder: str | None = None
 
     @property
     def stale(self) -> bool:
         return not self.healthy
 
+    def runs(self) -> str | None:
+        """``namespace redismem: summarizer keypoints, extractor rules, ...``
+        (None when unknown)."""
+        if self.summarizer is None or self.extractor is None:
+            return None
+        if self.consolidator is None or self.embedder is None:
+            return None
+        return WorkerRuns(
+            self.namespaces, self.summarizer, self.extractor, self.consolidator, self.embedder
+        ).describe()
+
     def describe(self) -> str:
+        """A line on its health, then one on what it runs (when known)."""
+        runs = self.runs()
+        return self._health() + ("" if runs is None else f"\n  {runs}")
+
+    def _health(self) -> str:
         where = " (in process)" if self.in_process else ""
         if self.healthy:
             return f"worker {self.name}{where}: healthy ({self.record})"
@@ -128,12 +155,23 @@ def _status(health: WorkerHealth, now: float) -> WorkerStatus:
     seen = None
     if health.seen_ago is not None:
         seen = datetime.fromtimestamp(now, UTC) - timedelta(seconds=health.seen_ago)
-    return WorkerStatus(
+    status = WorkerStatus(
         name=health.name,
         healthy=health.healthy,
         last_seen=seen,
         record=health.record,
         in_process=_IN_PROCESS in health.name,
+    )
+    runs = health.runs
+    if runs is None:
+        return status
+    return replace(
+        status,
+        namespaces=runs.namespaces,
+        summarizer=runs.summarizer,
+        extractor=runs.extractor,
+        consolidator=runs.consolidator,
+        embedder=runs.embedder,
     )
 
 

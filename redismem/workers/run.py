@@ -40,9 +40,9 @@ from typing import Any
 import redis.exceptions as rexc
 from arq.worker import Worker, get_kwargs
 
-from redismem import plugins
 from redismem.config import WorkerConfig, check_url
 from redismem.workers.connections import OUTAGE_S, queue_pool, wait_for_redis
+from redismem.workers.runs import runs_of
 from redismem.workers.settings import worker_settings
 
 __all__ = [
@@ -138,32 +138,10 @@ async def _close(worker: Worker) -> None:
         logger.warning("worker did not close cleanly: %r", exc)
 
 
-def _plugin_name(registry: plugins.Registry, plugin: Any) -> str:
-    """The registry's name of ``plugin`` (its class name when it is not one
-    of the registry's), with its model when it has one."""
-    if plugin is None:
-        return next((name for name, p in registry.plugins.items() if p is None), "none")
-    cls = type(plugin).__name__
-    name = next(
-        (n for n, p in registry.plugins.items() if p is not None and p.path.endswith(f":{cls}")),
-        cls,
-    )
-    model = getattr(plugin, "model_id", None) or getattr(plugin, "model", None)
-    if model is None:
-        model = getattr(getattr(plugin, "endpoint", None), "model", None)
-    return f"{name} ({model})" if isinstance(model, str) and model else name
-
-
 def describe(config: WorkerConfig) -> str:
     """What a worker with ``config`` runs, in one line (its start-up log)."""
-    return (
-        f"worker {config.name} on queue {config.queue_name!r}, sweeping namespace"
-        f"{'s' if len(config.namespaces) > 1 else ''} {', '.join(config.namespaces)}: "
-        f"summarizer {_plugin_name(plugins.SUMMARIZERS, config.summarizer)}, "
-        f"extractor {_plugin_name(plugins.EXTRACTORS, config.extractor)}, "
-        f"consolidator {_plugin_name(plugins.CONSOLIDATORS, config.consolidator)}, "
-        f"embedder {_plugin_name(plugins.EMBEDDERS, config.embedder_object)}"
-    )
+    runs = runs_of(config)
+    return f"worker {config.name} on queue {config.queue_name!r}, sweeping {runs.describe()}"
 
 
 class _HealthAtDebug(logging.Filter):
