@@ -41,6 +41,7 @@ __all__ = [
     "SessionsScreen",
     "SummaryScreen",
     "UsersScreen",
+    "View",
 ]
 
 #: The most recent messages of a session shown, hits of a search, memories listed.
@@ -49,14 +50,18 @@ SEARCH_LIMIT = 50
 MEMORY_LIMIT = 200
 
 
-class Table(DataTable[str]):
-    """A row-cursor table whose enter ("open") the footer shows."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
+class Rows(DataTable[str]):
+    """A table with a row cursor."""
 
     def __init__(self, *columns: str) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True)
         self.add_columns(*columns)
+
+
+class Table(Rows):
+    """Rows that open something: the footer shows enter ("Open")."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
 
 class View(Screen[None]):
@@ -118,7 +123,7 @@ class UsersScreen(View):
     async def load(self) -> None:
         self.sub_title = f"namespace {self.memory.layout.namespace}: users"
         rows = await user_activity(self.memory)
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         table.clear()
         for row in rows:
             table.add_row(row.user_id, str(row.sessions), ago(row.last_active), key=row.user_id)
@@ -130,7 +135,7 @@ class UsersScreen(View):
         table.focus()
 
     def _user(self) -> str | None:
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         if not table.row_count:
             return None
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
@@ -172,7 +177,7 @@ class SessionsScreen(View):
     async def load(self) -> None:
         self.sub_title = f"{self.user_id}: sessions"
         sessions = await self.memory.sessions(user_id=self.user_id)
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         table.clear()
         for s in sessions:
             table.add_row(
@@ -196,7 +201,7 @@ class SessionsScreen(View):
             self.app.push_screen(MessagesScreen(self.memory, self.user_id, event.row_key.value))
 
     def action_summary(self) -> None:
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         if table.row_count:
             session = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
             if session is not None:
@@ -228,7 +233,7 @@ class MessagesScreen(View):
     def compose(self) -> ComposeResult:
         yield Header()
         yield self.status
-        yield Table("when", "role", "name", "content")
+        yield Rows("when", "role", "name", "content")
         yield VerticalScroll(self.detail)
         yield Footer()
 
@@ -246,7 +251,7 @@ class MessagesScreen(View):
         self.messages = await self.memory.read(
             session_id=self.session_id, user_id=self.user_id, limit=LAST_MESSAGES, refresh_ttl=False
         )
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         table.clear()
         for i, m in enumerate(self.messages):
             table.add_row(ago(m.created_at), m.role, m.name or "-", preview(m, 80), key=str(i))
@@ -314,14 +319,14 @@ class MemoriesScreen(View):
     def compose(self) -> ComposeResult:
         yield Header()
         yield self.status
-        yield Table("kind", "text", "sources", "updated")
+        yield Rows("kind", "text", "sources", "updated")
         yield VerticalScroll(self.detail)
         yield Footer()
 
     async def load(self) -> None:
         self.sub_title = f"{self.user_id}: memories"
         hits = await self.memory.memories.search(user_id=self.user_id, limit=MEMORY_LIMIT)
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         table.clear()
         self.texts = [h.record.text for h in hits]
         for i, h in enumerate(hits):
@@ -370,7 +375,7 @@ class SearchScreen(View):
         query = self._query
         self.sub_title = f"{self.user_id}: search"
         self.hits = await self.memory.search(query, user_id=self.user_id, limit=SEARCH_LIMIT)
-        table = self.query_one(Table)
+        table = self.query_one(Rows)
         table.clear()
         for i, h in enumerate(self.hits):
             table.add_row(
