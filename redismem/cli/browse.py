@@ -1,5 +1,6 @@
-"""Finding your way in: ``redismem namespaces``, ``redismem users`` and
-``redismem search`` (recall over a user's sessions).
+"""Finding your way in: ``redismem namespaces``, ``redismem users``,
+``redismem search`` (recall over a user's sessions) and ``redismem browse``
+(the terminal browser, ``redismem.cli.tui``, over the same data).
 
 Users and namespaces are found by SCAN over the key layout (never KEYS):
 the patterns and the parsing of what they match are ``redismem.core.keys``'s.
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from redismem.cli.common import (
     CliError,
@@ -27,10 +29,14 @@ from redismem.cli.common import (
     table,
 )
 from redismem.cli.units import ago
+from redismem.client import Memory
 from redismem.core.keys import KeyLayout, namespace_of, namespace_root_patterns
 from redismem.models import ROLES, Hit
 
-__all__ = ["add_commands"]
+__all__ = ["BROWSE_EXTRA_MISSING", "UserActivity", "add_commands", "user_activity"]
+
+#: What ``redismem browse`` prints (exit 2) where Textual is not installed.
+BROWSE_EXTRA_MISSING = "redismem browse needs the 'browse' extra: pip install 'redismem[browse]'"
 
 #: Users whose sessions are read at once by ``redismem users``.
 _CONCURRENCY = 16
@@ -101,6 +107,25 @@ def add_commands(sub: Any) -> None:
     add_verbose(search)
     search.set_defaults(run=lambda a: asyncio.run(_search(a)))
 
+    browse = command_parser(
+        sub,
+        "browse",
+        "a terminal browser: users, sessions, messages, summaries, memories, search",
+        "Browse a namespace in the terminal: its users, a user's sessions, a session's "
+        "messages and summary, the user's memories, and search over the user's messages. "
+        "Read-only: browsing never slides a session's TTL. Keys: arrows and enter to go in, "
+        "escape or backspace to go back, / to search, q to quit. Needs the 'browse' extra "
+        "(pip install 'redismem[browse]').",
+        [
+            "redismem browse",
+            "redismem browse --namespace demo-1a2b3c --user user-0",
+        ],
+    )
+    add_connection_args(browse)
+    browse.add_argument("--user", help="start at this user's sessions")
+    add_verbose(browse)
+    browse.set_defaults(run=lambda a: asyncio.run(_browse(a)))
+
 
 # -- namespaces and users --------------------------------------------------------
 
@@ -126,27 +151,42 @@ async def _namespaces(args: argparse.Namespace) -> int:
     return 0
 
 
+class UserActivity(NamedTuple):
+    """A user of a namespace: live sessions and the last access to one."""
+
+    user_id: str
+    sessions: int
+    last_active: datetime | None
+
+
+async def user_activity(memory: Memory) -> list[UserActivity]:
+    """Every user of ``memory``'s namespace holding data (sessions, indexed
+    messages or memories), most recently active first; users without a live
+    session last, by id. Found by SCAN; nothing is changed."""
+    layout = memory.layout
+    user_ids: set[str] = set()
+    for pattern in layout.user_root_patterns():
+        async for key in memory.redis.scan_iter(match=pattern, count=1000):
+            user = layout.parse_user_root(key)
+            if user is not None:
+                user_ids.add(user)
+    gate = asyncio.Semaphore(_CONCURRENCY)
+
+    async def activity(user_id: str) -> UserActivity:
+        async with gate:
+            sessions = await memory.sessions(user_id=user_id)
+        last = max((s.accessed_at for s in sessions), default=None)
+        return UserActivity(user_id, len(sessions), last)
+
+    rows = await asyncio.gather(*(activity(u) for u in sorted(user_ids)))
+    rows.sort(key=lambda r: (r[2] is None, -(r[2].timestamp() if r[2] else 0), r[0]))
+    return rows
+
+
 async def _users(args: argparse.Namespace) -> int:
     async with await connect(args, refresh_ttl_on_read=False) as memory:
-        layout = memory.layout
-        user_ids: set[str] = set()
-        for pattern in layout.user_root_patterns():
-            async for key in memory.redis.scan_iter(match=pattern, count=1000):
-                user = layout.parse_user_root(key)
-                if user is not None:
-                    user_ids.add(user)
-        gate = asyncio.Semaphore(_CONCURRENCY)
-
-        async def activity(user_id: str) -> tuple[str, int, datetime | None]:
-            async with gate:
-                sessions = await memory.sessions(user_id=user_id)
-            last = max((s.accessed_at for s in sessions), default=None)
-            return user_id, len(sessions), last
-
-        rows = await asyncio.gather(*(activity(u) for u in sorted(user_ids)))
-    # Most recently active first; users without a live session last, by id.
-    rows.sort(key=lambda r: (r[2] is None, -(r[2].timestamp() if r[2] else 0), r[0]))
-    namespace = layout.namespace
+        rows = await user_activity(memory)
+    namespace = memory.layout.namespace
     if args.json:
         emit_json(
             {
@@ -239,4 +279,22 @@ async def _search(args: argparse.Namespace) -> int:
     ]
     print(table(rows, ["when", "session", "agent", "role", "score", "text"]))
     print(f"\nredismem inspect SESSION --user {args.user} shows a session")
+    return 0
+
+
+# -- browse ------------------------------------------------------------------------
+
+
+async def _browse(args: argparse.Namespace) -> int:
+    try:
+        from redismem.cli.tui import BrowseApp
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "textual":
+            raise
+        print(BROWSE_EXTRA_MISSING, file=sys.stderr)
+        return 2
+    # Read-only: no read slides a session's TTL (BrowseApp refuses a Memory
+    # that would).
+    async with await connect(args, refresh_ttl_on_read=False) as memory:
+        await BrowseApp(memory, user=args.user).run_async()
     return 0
