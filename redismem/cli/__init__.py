@@ -34,6 +34,7 @@ start here:
   redismem users --namespace NS             who is in one, most recently active first
   redismem search "tea" --user alice        what a user's agents said about something
   redismem sessions --user alice            a user's sessions; inspect SESSION shows one
+  redismem browse --user alice              all of it in the terminal (the 'browse' extra)
   redismem worker                           run a worker (index, summarize, extract)
 
 every read command takes --json; the URL comes from --url or $REDISMEM_URL.
