@@ -12,15 +12,13 @@ import argparse
 import asyncio
 import sys
 from collections import defaultdict
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from redismem.cli.common import (
     CliError,
     add_connection_args,
     add_json,
     add_verbose,
-    clip,
     command_parser,
     connect,
     emit_json,
@@ -28,18 +26,15 @@ from redismem.cli.common import (
     positive,
     table,
 )
+from redismem.cli.rows import HIT_COLUMNS, hit_row, user_activity
 from redismem.cli.units import ago
-from redismem.client import Memory
 from redismem.core.keys import KeyLayout, namespace_of, namespace_root_patterns
 from redismem.models import ROLES, Hit
 
-__all__ = ["BROWSE_EXTRA_MISSING", "UserActivity", "add_commands", "user_activity"]
+__all__ = ["BROWSE_EXTRA_MISSING", "add_commands"]
 
 #: What ``redismem browse`` prints (exit 2) where Textual is not installed.
 BROWSE_EXTRA_MISSING = "redismem browse needs the 'browse' extra: pip install 'redismem[browse]'"
-
-#: Users whose sessions are read at once by ``redismem users``.
-_CONCURRENCY = 16
 
 
 def add_commands(sub: Any) -> None:
@@ -151,38 +146,6 @@ async def _namespaces(args: argparse.Namespace) -> int:
     return 0
 
 
-class UserActivity(NamedTuple):
-    """A user of a namespace: live sessions and the last access to one."""
-
-    user_id: str
-    sessions: int
-    last_active: datetime | None
-
-
-async def user_activity(memory: Memory) -> list[UserActivity]:
-    """Every user of ``memory``'s namespace holding data (sessions, indexed
-    messages or memories), most recently active first; users without a live
-    session last, by id. Found by SCAN; nothing is changed."""
-    layout = memory.layout
-    user_ids: set[str] = set()
-    for pattern in layout.user_root_patterns():
-        async for key in memory.redis.scan_iter(match=pattern, count=1000):
-            user = layout.parse_user_root(key)
-            if user is not None:
-                user_ids.add(user)
-    gate = asyncio.Semaphore(_CONCURRENCY)
-
-    async def activity(user_id: str) -> UserActivity:
-        async with gate:
-            sessions = await memory.sessions(user_id=user_id)
-        last = max((s.accessed_at for s in sessions), default=None)
-        return UserActivity(user_id, len(sessions), last)
-
-    rows = await asyncio.gather(*(activity(u) for u in sorted(user_ids)))
-    rows.sort(key=lambda r: (r[2] is None, -(r[2].timestamp() if r[2] else 0), r[0]))
-    return rows
-
-
 async def _users(args: argparse.Namespace) -> int:
     async with await connect(args, refresh_ttl_on_read=False) as memory:
         rows = await user_activity(memory)
@@ -266,18 +229,7 @@ async def _search(args: argparse.Namespace) -> int:
             "is one running? (redismem worker --check)"
         )
         return 0
-    rows = [
-        (
-            ago(h.created_at),
-            h.session_id,
-            h.agent_name or "-",
-            h.message.role,
-            "-" if h.score is None else f"{h.score:.2f}",
-            clip(h.message.content, 60),
-        )
-        for h in hits
-    ]
-    print(table(rows, ["when", "session", "agent", "role", "score", "text"]))
+    print(table([hit_row(h) for h in hits], list(HIT_COLUMNS)))
     print(f"\nredismem inspect SESSION --user {args.user} shows a session")
     return 0
 

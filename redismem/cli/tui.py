@@ -26,8 +26,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 from textual.worker import Worker
 
-from redismem.cli.browse import user_activity
 from redismem.cli.common import clip, one_line, preview
+from redismem.cli.rows import HIT_COLUMNS, hit_row, user_activity
 from redismem.cli.units import ago, until
 from redismem.client import Memory
 from redismem.errors import InvalidInput, RedisMemError
@@ -361,7 +361,7 @@ class SearchScreen(View):
         yield Header()
         yield Input(placeholder=f"search {self.user_id}'s messages, then enter")
         yield self.status
-        yield Table("when", "session", "agent", "role", "score", "text")
+        yield Table(*HIT_COLUMNS)
         yield Footer()
 
     def on_mount(self) -> None:  # after View's (Textual calls each class's handler)
@@ -378,15 +378,7 @@ class SearchScreen(View):
         table = self.query_one(Rows)
         table.clear()
         for i, h in enumerate(self.hits):
-            table.add_row(
-                ago(h.created_at),
-                h.session_id,
-                h.agent_name or "-",
-                h.message.role,
-                "-" if h.score is None else f"{h.score:.2f}",
-                clip(h.message.content, 60),
-                key=str(i),
-            )
+            table.add_row(*hit_row(h), key=str(i))
         what = f"for {query!r}" if query else "(newest indexed messages)"
         self.say(
             f"{len(self.hits)} hit{'s' if len(self.hits) != 1 else ''} {what}"
