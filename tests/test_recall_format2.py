@@ -221,9 +221,41 @@ async def test_a_resent_seal_changes_nothing(make_memory: MemoryFactory) -> None
     assert set(before["i:docs"]) == {"0"} and before["i:meta"]["sealed"] == b"1"
     # A worker that read the records before the block was sealed, or a re-send.
     assert await seal_blocks(backend, recall, next_docid=70, sealed=0) == 0
-    done, mark = await backend.scripts.index_seal(recall, block=0, data=b"other bytes")
-    assert (done, mark) == (False, 1)
+    done, mark = await backend.scripts.index_seal(
+        recall, block=0, data=b"other bytes", read=[b"r"] * postings.BLOCK
+    )
+    assert (done, mark) == (0, 1)
     assert await dump(backend, recall) == before
+
+
+async def test_a_seal_that_read_the_records_before_a_clear_does_not_bring_them_back(
+    make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The seal builds its block from what it read of i:rec; a clear whose
+    # purge ran in between (records of the block's docs deleted, the block not
+    # sealed yet) must not see them written back inside the sealed block.
+    memory = await make_memory(recall_ttl=None)
+    backend = backend_of(memory)
+    recall = backend.layout.recall("u")
+    await write_corpus(memory, "u", ["gone", "kept"], 40)
+    original = backend.scripts.index_seal
+    cleared: list[int] = []
+
+    async def seal_after_a_clear(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        if not cleared:
+            cleared.append(kwargs["block"])
+            await memory.clear(session_id="gone", user_id="u")
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(backend.scripts, "index_seal", seal_after_a_clear)
+    await index_round_robin(backend, "u", ["gone", "kept"], cap=40)
+    assert cleared == [0]
+    got = await dump(backend, recall)
+    records = [r for r in postings.decode_block(got["i:docs"]["0"]) if r is not None]
+    records += list(got.get("i:rec", {}).values())
+    assert len(records) == 40
+    assert all(b" of kept " in r for r in records), [r for r in records if b" of gone " in r]
+    assert got["i:meta"]["sealed"] == b"1"
 
 
 async def test_a_session_clear_tombstones_its_docs_and_a_new_one_gets_a_new_ordinal(

@@ -629,14 +629,20 @@ class ScriptRunner:
         name = {1: "committed", 0: "stale", -1: "gone"}[status]
         return IndexCommit(name, int(added), int(fmt), int(last), int(sealed))
 
-    async def index_seal(self, recall: RecallKeys, *, block: int, data: bytes) -> tuple[bool, int]:
+    async def index_seal(
+        self, recall: RecallKeys, *, block: int, data: bytes, read: Sequence[bytes | None]
+    ) -> tuple[int, int]:
         """Seal record block ``block`` of format 2 (``data``: the zlib block
-        of its records, ``postings.encode_block``); idempotent. Returns
-        (sealed by this call, ``i:meta`` sealed after it)."""
-        done, mark = await self.run_guarded(
-            "index_seal", recall, recall.index_keys(), [recall.i_prefix, block, data]
+        of its records, ``postings.encode_block``, built from ``read``, what
+        was read of the block's records in ``i:rec``); idempotent, and
+        compare-and-set on ``read``. Returns (1 sealed by this call, 0 sealed
+        before, -1 the records changed since the read: read again;
+        ``i:meta`` sealed after the call)."""
+        present = "".join("0" if record is None else "1" for record in read)
+        status, mark = await self.run_guarded(
+            "index_seal", recall, recall.index_keys(), [recall.i_prefix, block, data, present]
         )
-        return bool(done), int(mark)
+        return int(status), int(mark)
 
     async def index_drop(self, recall: RecallKeys, *, next_docid: str) -> bool:
         """Drop the user's format-2 index if no doc of it is live, no purge

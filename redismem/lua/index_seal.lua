@@ -3,17 +3,32 @@
 -- index.seal_blocks, from what it read of `i:rec`). Idempotent: a block
 -- already sealed is not written again (a re-sent call, or another worker
 -- sealing it first), so records already moved are never looked for.
+-- Compare-and-set on what was read: when the block's records in `i:rec` are
+-- no longer the ones the caller saw (a clear's purge deleted some since,
+-- index_purge.lua), nothing is written, so a purged record never comes back
+-- inside a sealed block; the caller reads again.
 -- The block's key deadline comes from its docs' doc-table deadlines.
 -- include: _index
 -- KEYS[1..6]  the user's format-2 keys (see _index.lua)
 -- ARGV[1]     prefix of format-2 keys (`E i:`)
 -- ARGV[2]     the block number b
 -- ARGV[3]     the block (postings.encode_block of the 64 records)
--- Returns {1 sealed now, 0 sealed before; i:meta sealed after the call}.
+-- ARGV[4]     which of the 64 docids had a record in the caller's read, one
+--             character each, "1" or "0", docid 64b first
+-- Returns {1 sealed now, 0 sealed before, -1 i:rec changed since the read;
+-- i:meta sealed after the call}.
 local IK = index2_keys(1, ARGV[1])
 local b = tonumber(ARGV[2])
 local sealed = 0
 if redis.call('HEXISTS', IK.docs, b) == 0 then
+  local ids = {}
+  for d = b * I_BLOCK, (b + 1) * I_BLOCK - 1 do ids[#ids + 1] = d end
+  local now = redis.call('HMGET', IK.rec, unpack(ids))
+  for i = 1, I_BLOCK do
+    if (now[i] ~= false) ~= (string.sub(ARGV[4], i, i) == '1') then
+      return {-1, tonumber(redis.call('HGET', IK.meta, 'sealed') or '0')}
+    end
+  end
   -- The newest deadline of the block's docs (a block of 64 lies in one
   -- doc-table chunk).
   local first = b * I_BLOCK
@@ -30,8 +45,6 @@ if redis.call('HEXISTS', IK.docs, b) == 0 then
       if not deadline or ms > deadline then deadline = ms end
     end
   end
-  local ids = {}
-  for d = first, first + I_BLOCK - 1 do ids[#ids + 1] = d end
   if deadline then
     local fresh = {}
     if redis.call('EXISTS', IK.docs) == 0 then fresh[IK.docs] = true end

@@ -100,6 +100,8 @@ INDEX_BATCH = 200
 _DOC_VERSION = 1
 #: Docs forgotten per script call when a session is cleared.
 _FORGET_BATCH = 500
+#: Reads of a record block to seal while clears keep changing its records.
+_SEAL_ATTEMPTS = 5
 #: The recall index format a user with no index gets (``docs/index-format.md``;
 #: 1 only to build a format-1 index, e.g. for the migration's tests).
 NEW_INDEX_FORMAT = 2
@@ -210,16 +212,26 @@ async def seal_blocks(backend: Backend, recall: RecallKeys, *, next_docid: int, 
     sealed) whose docids are all given (``next_docid``: ``i:meta`` next),
     in order: its records read from ``i:rec``, compressed here, moved by one
     ``index_seal.lua`` call (idempotent: another worker may seal the same
-    blocks). Returns how many this call sealed."""
+    blocks; compare-and-set on the read: a clear's purge may delete records
+    meanwhile, then the block is read again). A block whose records keep
+    changing is left, with the ones after it, to a later pass. Returns how
+    many this call sealed."""
     count = 0
     for block in range(sealed, (next_docid + 1) // RECORD_BLOCK):
         ids = [str(d) for d in range(block * RECORD_BLOCK, (block + 1) * RECORD_BLOCK)]
-        records: list[bytes | None] = await backend.call(
-            functools.partial(_hmget, key=recall.i_rec, fields=ids)
-        )
-        data = postings.encode_block(records)
-        done, _mark = await backend.scripts.index_seal(recall, block=block, data=data)
-        count += done
+        for _ in range(_SEAL_ATTEMPTS):
+            records: list[bytes | None] = await backend.call(
+                functools.partial(_hmget, key=recall.i_rec, fields=ids)
+            )
+            data = postings.encode_block(records)
+            status, _mark = await backend.scripts.index_seal(
+                recall, block=block, data=data, read=records
+            )
+            if status >= 0:
+                count += status
+                break
+        else:
+            return count
     return count
 
 
