@@ -482,7 +482,8 @@ class Knowledge:
                 _current, version = await self._items.lookup(uid, key)
                 await self._items.point(uid, key, changed.id, version, None)
             got = await self._items.get(uid, mid)
-            assert got is not None
+            if got is None:
+                raise InvalidInput(f"no memory {mid!r} for user {uid!r} (purged meanwhile)")
             return got.record
         raise VersionConflict(f"memory {mid!r}", 0, 0)
 
@@ -545,8 +546,11 @@ class Knowledge:
             return removed
         mid = validate_id(memory_id, "memory_id")
         stored = await self._items.get(uid, mid)
-        await store.purge((uid, CHUNKS, mid))
+        # The record first: a document's chunks are put only while their
+        # record holds still (``MemoryItems._put_chunks``), so none lands
+        # after it, and the chunks purged next are all there will be.
         removed = await store.purge_item((uid, RECORDS), mid)
+        await store.purge((uid, CHUNKS, mid))
         if stored is not None:
             await self._slots.leave(uid, stored.record, purged=True)
         return int(removed)

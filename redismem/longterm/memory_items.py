@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter, ValidationError
 
 from redismem.core.codec import ms_to_datetime
-from redismem.errors import CorruptData
+from redismem.errors import CorruptData, VersionConflict
 from redismem.longterm.records import (
     Document,
     Fact,
@@ -180,12 +180,16 @@ class MemoryItems:
             while_at=None if while_slot is None else ((user_id, LOOKUPS), *while_slot),
         )
         if put is not None and isinstance(record, Document):
-            await self._put_chunks(user_id, record, guard)
+            await self._put_chunks(user_id, record, guard, put.version)
         return put is not None
 
     async def _put_chunks(
-        self, user_id: str, document: Document, guard: tuple[str, str] | None
+        self, user_id: str, document: Document, guard: tuple[str, str] | None, version: int
     ) -> None:
+        """The chunks of ``document``, just put at ``version``: each lands
+        only while its record is still at that version, so that a purge of
+        the document (or a newer version, which writes its own) since the put
+        never sees chunks of it written back."""
         namespace = (user_id, CHUNKS, document.id)
         await self.store.purge(namespace)
         for chunk in document.chunks:
@@ -200,9 +204,18 @@ class MemoryItems:
                 "created_ms": to_ms(document.created_at),
                 "event_ms": to_ms(document.event_date),
             }
-            await self.store.put_guarded(
-                namespace, f"c{chunk.index}", value, index=["text"], ttl=self.ttl, guard=guard
-            )
+            try:
+                await self.store.put_guarded(
+                    namespace,
+                    f"c{chunk.index}",
+                    value,
+                    index=["text"],
+                    ttl=self.ttl,
+                    guard=guard,
+                    while_at=((user_id, RECORDS), document.id, version),
+                )
+            except VersionConflict:
+                return  # purged or put again since: not this call's chunks any more
 
     async def lookup(self, user_id: str, key: str) -> tuple[str | None, int]:
         item = await self.store.get((user_id, LOOKUPS), key)
