@@ -8,14 +8,16 @@ block seal's case is in test_recall_format2.)"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
 
 from redismem import InvalidInput, Memory
+from redismem.longterm.consolidation import Decision
+from redismem.longterm.memories import Knowledge
 from redismem.longterm.memory_items import CHUNKS, MemoryItems
-from redismem.longterm.records import Document
+from redismem.longterm.records import Document, Goal, MemoryRecord
 
 MemoryFactory = Callable[..., Awaitable[Memory]]
 
@@ -104,3 +106,40 @@ async def test_a_purge_between_whose_steps_a_document_writes_its_chunks_leaves_n
     assert sorted(steps) == ["purge", "purge_item"]
     assert await mem.memories.get(ids[0], user_id="alice") is None
     assert await chunks_left(mem, "alice") == []
+
+
+class CorrectedMeanwhile:
+    """A consolidator that merges the new record into the first one it is
+    shown; on its first call the user corrects that record while it decides
+    (as a slow LLM call lets happen)."""
+
+    def __init__(self, memories: Knowledge, correction: str) -> None:
+        self.memories = memories
+        self.correction = correction
+        self.shown: list[str] = []
+
+    async def decide(self, new: MemoryRecord, existing: Sequence[MemoryRecord]) -> Decision:
+        target = existing[0]
+        self.shown.append(target.text)
+        if len(self.shown) == 1:
+            await self.memories.update(target.id, user_id="alice", text=self.correction)
+        return Decision("update", target.id, f"{target.text}; every morning", "merged")
+
+
+async def test_a_consolidation_decided_on_a_record_corrected_meanwhile_decides_again(
+    make_memory: MemoryFactory,
+) -> None:
+    # The consolidator's merged text derives from the record as the search
+    # read it; the user's correction of that record (e.g. a detail removed)
+    # made while it decided must not be overwritten by the stale merge.
+    mem = await make_memory()
+    memories = Knowledge(mem)
+    first = await memories.add(Goal(text="Drink more green tea at 5 Main St"), user_id="alice")
+    assert first is not None
+    judge = CorrectedMeanwhile(memories, "Drink more green tea")
+    consolidating = Knowledge(mem, consolidator=judge)
+    second = await consolidating.add(Goal(text="Drink green tea every morning"), user_id="alice")
+    assert second is not None and second.outcome == "updated"
+    got = await memories.get(first.record.id, user_id="alice")
+    assert got is not None and got.text == "Drink more green tea; every morning"
+    assert judge.shown == ["Drink more green tea at 5 Main St", "Drink more green tea"]

@@ -383,6 +383,10 @@ class Knowledge:
         stored = await self._items.get(uid, target.id)
         if stored is None or stored.record.status != "active":
             return None
+        if stored.record.updated_at != target.updated_at:
+            # Changed while the consolidator decided (e.g. corrected): its
+            # decision, and any merged text, is about what it was shown.
+            raise VersionConflict(f"memory {target.id!r}", 0, stored.version)
         if decision.action == "noop":
             return await self._items.add_source(uid, stored, new, op, guard, "noop")
         if decision.action == "update":
