@@ -228,6 +228,36 @@ async def test_a_resent_seal_changes_nothing(make_memory: MemoryFactory) -> None
     assert await dump(backend, recall) == before
 
 
+async def test_a_seal_compares_the_records_it_read_not_only_which_exist(
+    make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = await make_memory(recall_ttl=None)
+    backend = backend_of(memory)
+    recall = backend.layout.recall("u")
+    monkeypatch.setattr(index, "seal_blocks", _no_seal)
+    await write_corpus(memory, "u", ["s"], 70)
+    await index_round_robin(backend, "u", ["s"], cap=70)
+    ids = [str(d) for d in range(postings.BLOCK)]
+    read = await backend.redis.hmget(recall.i_rec, ids)
+    assert read[0] is None and all(r is not None for r in read[1:])  # docids start at 1
+    before = await dump(backend, recall)
+    other = [read[0], b"1||another record", *read[2:]]
+    status, mark = await backend.scripts.index_seal(
+        recall, block=0, data=postings.encode_block(other), read=other
+    )
+    assert (status, mark) == (-1, 0)
+    assert await dump(backend, recall) == before
+    status, mark = await backend.scripts.index_seal(
+        recall, block=0, data=postings.encode_block(read), read=read
+    )
+    assert (status, mark) == (1, 1)
+    assert postings.decode_block((await dump(backend, recall))["i:docs"]["0"]) == read
+
+
+async def _no_seal(*_args: Any, **_kwargs: Any) -> int:
+    return 0
+
+
 async def test_a_seal_that_read_the_records_before_a_clear_does_not_bring_them_back(
     make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

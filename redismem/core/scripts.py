@@ -45,6 +45,7 @@ __all__ = [
     "ScriptRunner",
     "SnapshotResult",
     "WriteResult",
+    "records_as_read",
 ]
 
 logger = logging.getLogger(__name__)
@@ -198,6 +199,12 @@ def _text(value: Any) -> str:
     if value is None or value is False:
         return ""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def records_as_read(records: Sequence[bytes | None]) -> bytes:
+    """What ``index_seal.lua`` compares ``i:rec`` with: the records read,
+    each ``+<bytes>:<record>``, or ``-`` when absent."""
+    return b"".join(b"-" if r is None else b"+%d:%b" % (len(r), r) for r in records)
 
 
 class ScriptRunner:
@@ -638,9 +645,11 @@ class ScriptRunner:
         compare-and-set on ``read``. Returns (1 sealed by this call, 0 sealed
         before, -1 the records changed since the read: read again;
         ``i:meta`` sealed after the call)."""
-        present = "".join("0" if record is None else "1" for record in read)
         status, mark = await self.run_guarded(
-            "index_seal", recall, recall.index_keys(), [recall.i_prefix, block, data, present]
+            "index_seal",
+            recall,
+            recall.index_keys(),
+            [recall.i_prefix, block, data, records_as_read(read)],
         )
         return int(status), int(mark)
 

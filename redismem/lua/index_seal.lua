@@ -13,8 +13,10 @@
 -- ARGV[1]     prefix of format-2 keys (`E i:`)
 -- ARGV[2]     the block number b
 -- ARGV[3]     the block (postings.encode_block of the 64 records)
--- ARGV[4]     which of the 64 docids had a record in the caller's read, one
---             character each, "1" or "0", docid 64b first
+-- ARGV[4]     the caller's read of the 64 records, docid 64b first: each
+--             record as "+<bytes>:<record>", or "-" when it had none
+--             (scripts.records_as_read; compared whole, as the embedded
+--             backend's Lua has no redis.sha1hex)
 -- Returns {1 sealed now, 0 sealed before, -1 i:rec changed since the read;
 -- i:meta sealed after the call}.
 local IK = index2_keys(1, ARGV[1])
@@ -24,10 +26,12 @@ if redis.call('HEXISTS', IK.docs, b) == 0 then
   local ids = {}
   for d = b * I_BLOCK, (b + 1) * I_BLOCK - 1 do ids[#ids + 1] = d end
   local now = redis.call('HMGET', IK.rec, unpack(ids))
+  local parts = {}
   for i = 1, I_BLOCK do
-    if (now[i] ~= false) ~= (string.sub(ARGV[4], i, i) == '1') then
-      return {-1, tonumber(redis.call('HGET', IK.meta, 'sealed') or '0')}
-    end
+    if now[i] then parts[i] = '+' .. #now[i] .. ':' .. now[i] else parts[i] = '-' end
+  end
+  if table.concat(parts) ~= ARGV[4] then
+    return {-1, tonumber(redis.call('HGET', IK.meta, 'sealed') or '0')}
   end
   -- The newest deadline of the block's docs (a block of 64 lies in one
   -- doc-table chunk).
