@@ -72,6 +72,20 @@ async def dump(backend: Backend, recall: RecallKeys) -> dict[str, Any]:
     return out
 
 
+def records_of(got: dict[str, Any], session_id: str | None = None) -> list[bytes]:
+    """The records, open or sealed, in a dump (of ``session_id``'s docs only
+    when given)."""
+    records = [r for b in got.get("i:docs", {}).values() for r in postings.decode_block(b)]
+    records += list(got.get("i:rec", {}).values())
+    mark = None if session_id is None else f" of {session_id} ".encode()
+    return [r for r in records if r is not None and (mark is None or mark in r)]
+
+
+async def no_seal(*_args: Any, **_kwargs: Any) -> int:
+    """Stands in for ``index.seal_blocks``: record blocks stay open."""
+    return 0
+
+
 def reference_docs(docs: list[IndexDoc], deadline_ms: int | None = None) -> list[postings.Doc]:
     """The docs as ``postings.build`` takes them (the filter suffixes name
     the session, agent and tags)."""
@@ -234,7 +248,7 @@ async def test_a_seal_compares_the_records_it_read_not_only_which_exist(
     memory = await make_memory(recall_ttl=None)
     backend = backend_of(memory)
     recall = backend.layout.recall("u")
-    monkeypatch.setattr(index, "seal_blocks", _no_seal)
+    monkeypatch.setattr(index, "seal_blocks", no_seal)
     await write_corpus(memory, "u", ["s"], 70)
     await index_round_robin(backend, "u", ["s"], cap=70)
     ids = [str(d) for d in range(postings.BLOCK)]
@@ -252,10 +266,6 @@ async def test_a_seal_compares_the_records_it_read_not_only_which_exist(
     )
     assert (status, mark) == (1, 1)
     assert postings.decode_block((await dump(backend, recall))["i:docs"]["0"]) == read
-
-
-async def _no_seal(*_args: Any, **_kwargs: Any) -> int:
-    return 0
 
 
 async def test_a_seal_that_read_the_records_before_a_clear_does_not_bring_them_back(
@@ -281,8 +291,7 @@ async def test_a_seal_that_read_the_records_before_a_clear_does_not_bring_them_b
     await index_round_robin(backend, "u", ["gone", "kept"], cap=40)
     assert cleared == [0]
     got = await dump(backend, recall)
-    records = [r for r in postings.decode_block(got["i:docs"]["0"]) if r is not None]
-    records += list(got.get("i:rec", {}).values())
+    records = records_of(got)
     assert len(records) == 40
     assert all(b" of kept " in r for r in records), [r for r in records if b" of gone " in r]
     assert got["i:meta"]["sealed"] == b"1"

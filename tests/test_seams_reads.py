@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
-from test_recall_format2 import dump, index_round_robin, write_corpus
+from test_recall_format2 import dump, index_round_robin, no_seal, records_of, write_corpus
 
 from redismem import InvalidInput, Memory
 from redismem.core.backend import backend_of
@@ -20,7 +20,7 @@ from redismem.longterm.consolidation import Decision
 from redismem.longterm.memories import Knowledge
 from redismem.longterm.memory_items import CHUNKS, MemoryItems
 from redismem.longterm.records import Document, Goal, MemoryRecord
-from redismem.recall import index, postings
+from redismem.recall import index
 from redismem.recall.index import index_pass
 
 MemoryFactory = Callable[..., Awaitable[Memory]]
@@ -173,13 +173,6 @@ async def test_a_consolidation_decided_on_a_record_corrected_meanwhile_decides_a
 # -- the recall index: evidence that the guarded paths hold ------------------------
 
 
-def records_of(got: dict[str, Any], session_id: str) -> list[bytes]:
-    """The records, open or sealed, of ``session_id``'s docs in a dump."""
-    records = [r for b in got.get("i:docs", {}).values() for r in postings.decode_block(b)]
-    records += list(got.get("i:rec", {}).values())
-    return [r for r in records if r is not None and f" of {session_id} ".encode() in r]
-
-
 async def test_an_index_pass_that_read_before_a_clear_commits_nothing(
     make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,9 +206,6 @@ async def test_a_purge_whose_block_read_preceded_a_seal_reads_again(
     backend = backend_of(memory)
     recall = backend.layout.recall("u")
     seal = index.seal_blocks
-
-    async def no_seal(*_args: Any, **_kwargs: Any) -> int:
-        return 0
 
     monkeypatch.setattr(index, "seal_blocks", no_seal)
     await write_corpus(memory, "u", ["gone", "kept"], 40)
